@@ -1,0 +1,64 @@
+"""kerastrainer: tensorpack-style training for TensorFlow 2 and Keras 3.
+
+``from kerastrainer import *`` gives the tensorpack names: ``ModelDesc``,
+``TrainConfig``, ``launch_train_with_config``, the trainers, the callbacks, the
+functional layers and the DataFlows.
+
+Importing the package or :mod:`kerastrainer.dataflow` does not import TensorFlow;
+the TF-side names are loaded on first use.
+"""
+import importlib
+
+from ._version import __version__
+from .utils import logger
+from . import dataflow
+from .dataflow import *  # noqa: F401,F403  (TF-free)
+
+# Subpackages whose public names are re-exported here, loaded on first access.
+_TF_MODULES = ("kerastrainer.tfutils", "kerastrainer.input_source", "kerastrainer.models",
+               "kerastrainer.callbacks", "kerastrainer.train", "kerastrainer.predict",
+               "kerastrainer.keras", "kerastrainer.lms")
+_tf_names = None
+
+
+def _tf_name_map():
+    global _tf_names
+    if _tf_names is None:
+        names = {}
+        for modname in _TF_MODULES:
+            try:
+                mod = importlib.import_module(modname)
+            except ModuleNotFoundError as e:
+                if e.name == modname:  # that part is not written yet
+                    continue
+                raise
+            for n in getattr(mod, "__all__", []):
+                names.setdefault(n, mod)
+        _tf_names = names
+    return _tf_names
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    mod = _tf_name_map().get(name)
+    if mod is None:
+        raise AttributeError(f"module 'kerastrainer' has no attribute {name!r}")
+    return getattr(mod, name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_tf_name_map()))
+
+
+class _AllNames(list):
+    """``__all__`` that lists the TF-side names only when a star-import asks for them."""
+
+    def __iter__(self):
+        return iter(list(dataflow.__all__) + ["logger"] + list(_tf_name_map()))
+
+    def __len__(self):
+        return len(list(iter(self)))
+
+
+__all__ = _AllNames()

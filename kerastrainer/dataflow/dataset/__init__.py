@@ -1,0 +1,1 @@
+"""Dataset readers (local files in their standard formats; download only when asked)."""

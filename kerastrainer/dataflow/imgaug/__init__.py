@@ -1,0 +1,1 @@
+"""Image augmentors on OpenCV."""

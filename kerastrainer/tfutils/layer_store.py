@@ -1,0 +1,137 @@
+"""One home for every layer and variable a tower function creates.
+
+Functional layers (``Conv2D('conv0', x, 32, 3)``) and Keras layers used inside a
+tower are created once, the first time their scoped name is seen, and reused by
+every later trace and every replica. The store is a ``tf.Module``, so one
+``tf.train.Checkpoint(model=store)`` saves them all.
+
+Example::
+
+    store = LayerStore()
+    dense = store.get_or_create('fc1', lambda: keras.layers.Dense(10, name='fc1'))
+    assert store.get_or_create('fc1', lambda: None) is dense
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Dict, Optional
+
+import tensorflow as tf
+
+__all__ = ["LayerStore", "get_default_layer_store", "reset_default_layer_store", "get_variable"]
+
+
+class LayerStore(tf.Module):
+    """A name -> Keras layer (and name -> tf.Variable) store shared by all towers."""
+
+    def __init__(self, name: str = "layer_store"):
+        super().__init__(name=name)
+        self.layers = {}
+        self.raw_variables = {}
+        self._aliases: Dict[str, Dict[str, str]] = {}
+        self._lock = threading.Lock()
+        self.allow_create = True
+
+    def _check_create(self, name: str):
+        if not self.allow_create:
+            raise RuntimeError(
+                f"Layer or variable '{name}' is created after the model was built. Every layer must "
+                "be created in the first (training) call of the tower function; a layer created only "
+                "under some condition (e.g. only in inference, or only in tower 1) cannot be shared. "
+                "Create it unconditionally, or in ModelDesc.__init__.")
+
+    def get_or_create(self, name: str, factory: Callable[[], object],
+                      var_aliases: Optional[Dict[str, str]] = None):
+        """Return the layer stored under ``name``, creating it with ``factory()`` the first time.
+
+        ``var_aliases`` maps Keras variable names to the names :meth:`named_variables`
+        reports (e.g. ``{'kernel': 'W', 'bias': 'b'}``, tensorpack's names).
+        """
+        layer = self.layers.get(name)
+        if layer is not None:
+            return layer
+        with self._lock:
+            layer = self.layers.get(name)
+            if layer is None:
+                self._check_create(name)
+                layer = factory()
+                self.layers[name] = layer
+                if var_aliases:
+                    self._aliases[name] = dict(var_aliases)
+        return layer
+
+    def get_variable(self, name: str, shape=None, dtype=tf.float32, initializer=None,
+                     trainable: bool = True) -> tf.Variable:
+        """A plain ``tf.Variable`` under ``name``, created once (like ``tf.get_variable``)."""
+        var = self.raw_variables.get(name)
+        if var is not None:
+            return var
+        with self._lock:
+            var = self.raw_variables.get(name)
+            if var is None:
+                self._check_create(name)
+                if initializer is None:
+                    initializer = tf.zeros_initializer()
+                init = initializer(shape, dtype=dtype) if callable(initializer) else initializer
+                var = tf.Variable(init, dtype=dtype, trainable=trainable, name=name.replace("/", "_"))
+                self.raw_variables[name] = var
+        return var
+
+    def named_variables(self) -> Dict[str, tf.Variable]:
+        """``{name: variable}`` with names ``'<scoped layer name>/<variable>'``, e.g. ``'conv0/W'``."""
+        out = {}
+        for lname, layer in self.layers.items():
+            aliases = self._aliases.get(lname, {})
+            for v in getattr(layer, "weights", []):
+                path = getattr(v, "path", None) or v.name
+                rel = path.split("/", 1)[1] if "/" in path else path
+                rel = rel.split(":")[0]
+                out[f"{lname}/{aliases.get(rel, rel)}"] = v
+        for vname, v in self.raw_variables.items():
+            out[vname] = v
+        return out
+
+    @property
+    def all_variables(self):
+        return list(self.named_variables().values())
+
+    @property
+    def trainable_variables_list(self):
+        return [v for v in self.named_variables().values() if v.trainable]
+
+    @property
+    def layer_losses(self):
+        """Regularization losses that Keras layers in the store collected (``layer.losses``)."""
+        losses = []
+        for layer in self.layers.values():
+            losses.extend(getattr(layer, "losses", []))
+        return losses
+
+
+_default_store: Optional[LayerStore] = None
+_default_lock = threading.Lock()
+
+
+def get_default_layer_store() -> LayerStore:
+    """The store used outside any trainer (tests, interactive use)."""
+    global _default_store
+    with _default_lock:
+        if _default_store is None:
+            _default_store = LayerStore()
+        return _default_store
+
+
+def reset_default_layer_store() -> None:
+    global _default_store
+    with _default_lock:
+        _default_store = None
+
+
+def get_variable(name: str, shape=None, dtype=tf.float32, initializer=None, trainable: bool = True):
+    """Create (once) or reuse a variable of the current tower's store, by scoped name."""
+    from .tower import current_scope_name, get_current_tower_context
+    ctx = get_current_tower_context()
+    store = ctx.layer_store if ctx is not None else get_default_layer_store()
+    scope = current_scope_name()
+    full = f"{scope}/{name}" if scope else name
+    return store.get_variable(full, shape=shape, dtype=dtype, initializer=initializer, trainable=trainable)

@@ -1,0 +1,108 @@
+"""Summaries from inside a tower function.
+
+``add_moving_summary(cost, accuracy)`` records scalars that the trainer returns from
+each training call (averaged over the call's steps and the replicas); the
+``MovingAverageSummary`` callback smooths them and sends them to the monitors
+(``stats.json``, TensorBoard, the console table). Only the main training tower
+records, as in tensorpack.
+
+Example::
+
+    cost = tf.reduce_mean(xent, name='cross_entropy_loss')
+    add_moving_summary(cost)
+    add_tensor_summary(logits, ['histogram', 'rms'], name='logits')
+"""
+from __future__ import annotations
+
+import re
+
+import tensorflow as tf
+
+from .tower import get_current_tower_context
+
+__all__ = ["add_moving_summary", "add_tensor_summary", "add_param_summary", "summary_name"]
+
+
+def summary_name(t, name=None) -> str:
+    """A readable name for a tensor: the given one, the op name without tower scope, or 'tensor'."""
+    if name:
+        return name
+    try:
+        op_name = t.op.name
+    except (AttributeError, ValueError):
+        op_name = getattr(t, "name", None) or "tensor"
+    op_name = op_name.split(":")[0]
+    ctx = get_current_tower_context()
+    if ctx is not None and ctx.name and op_name.startswith(ctx.name + "/"):
+        op_name = op_name[len(ctx.name) + 1:]
+    return re.sub(r"^replica_\d+/", "", op_name)
+
+
+def _recording_ctx():
+    ctx = get_current_tower_context()
+    if ctx is None or not ctx.is_main_training_tower:
+        return None
+    return ctx
+
+
+def add_moving_summary(*tensors, names=None, **kwargs):
+    """Record scalar tensors as training statistics. Returns the tensors unchanged.
+
+    Args:
+        tensors: scalar tensors; named by ``names`` or by their op name
+            (``tf.identity(x, name='accuracy')``).
+        names: optional list of names, one per tensor.
+    """
+    ctx = _recording_ctx()
+    if names is not None and len(names) != len(tensors):
+        raise ValueError("add_moving_summary: names must have one entry per tensor")
+    if ctx is None:
+        return list(tensors)
+    for i, t in enumerate(tensors):
+        t = tf.convert_to_tensor(t)
+        if t.shape.rank not in (0, None):
+            raise ValueError(f"add_moving_summary takes scalars; got shape {t.shape} for {summary_name(t)}")
+        name = summary_name(t, names[i] if names else None)
+        ctx.moving_summaries[name] = tf.cast(tf.reshape(t, []), tf.float32)
+    return list(tensors)
+
+
+def add_tensor_summary(x, types=("histogram",), name=None, collections=None, main_tower_only=True):
+    """Summaries of a tensor: 'histogram' goes to TensorBoard; 'rms', 'mean', 'max', 'min',
+    'sparsity' and 'scalar' become moving scalars named ``<name>/<type>``."""
+    ctx = get_current_tower_context()
+    if ctx is None or (main_tower_only and not ctx.is_main_training_tower):
+        return
+    name = summary_name(x, name)
+    xf = tf.cast(x, tf.float32)
+    scalar_fns = {
+        "scalar": lambda: tf.reshape(xf, []),
+        "rms": lambda: tf.sqrt(tf.reduce_mean(tf.square(xf))),
+        "mean": lambda: tf.reduce_mean(xf),
+        "max": lambda: tf.reduce_max(xf),
+        "min": lambda: tf.reduce_min(xf),
+        "sparsity": lambda: tf.math.zero_fraction(xf),
+    }
+    for typ in types:
+        if typ == "histogram":
+            ctx.tensor_summaries[name] = tf.reshape(xf, [-1])
+        elif typ in scalar_fns:
+            ctx.moving_summaries[f"{name}/{typ}"] = scalar_fns[typ]()
+        else:
+            raise ValueError(f"Unknown summary type {typ!r}; use histogram, {', '.join(scalar_fns)}")
+
+
+def add_param_summary(*summary_lists):
+    """``add_param_summary(('.*/W', ['histogram', 'rms']))``: summaries of matching variables.
+
+    Variables are matched by their store names (``'conv0/W'``) in the current tower's store.
+    """
+    ctx = _recording_ctx()
+    if ctx is None:
+        return
+    named = ctx.layer_store.named_variables()
+    for pattern, types in summary_lists:
+        rx = re.compile(pattern)
+        for vname, v in named.items():
+            if rx.fullmatch(vname) or rx.fullmatch(vname.split("/")[-1]):
+                add_tensor_summary(tf.convert_to_tensor(v), types, name="param-summary/" + vname)

@@ -1,0 +1,175 @@
+"""The project logger, and the training log directory.
+
+``set_logger_dir(dir, action)`` follows tensorpack: when ``dir`` already exists,
+``action`` says what to do with it:
+
+- ``'k'`` keep it (append to the log; use with auto-resume),
+- ``'d'`` delete it,
+- ``'b'`` back it up to ``dir + timestamp`` and start afresh,
+- ``'n'`` use a new directory ``dir + timestamp``,
+- ``'q'`` quit with an error.
+
+Without an action it asks on a terminal; when stdin is not a terminal it never
+prompts and raises instead, naming the choices.
+
+Example::
+
+    from kerastrainer.utils import logger
+    logger.set_logger_dir('train_log/mnist', action='k')
+    logger.info("written to %s", logger.get_logger_dir())
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import sys
+from datetime import datetime
+from typing import Optional
+
+__all__ = ["set_logger_dir", "auto_set_dir", "get_logger_dir", "info", "warn", "warning",
+           "error", "exception", "debug", "critical", "setLevel"]
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record):
+        date = "[%(asctime)s @%(filename)s:%(lineno)d]"
+        if record.levelno == logging.WARNING:
+            fmt = date + " WRN %(message)s"
+        elif record.levelno in (logging.ERROR, logging.CRITICAL):
+            fmt = date + " ERR %(message)s"
+        elif record.levelno == logging.DEBUG:
+            fmt = date + " DBG %(message)s"
+        else:
+            fmt = date + " %(message)s"
+        self._style._fmt = fmt
+        return super().format(record)
+
+
+def _make_logger() -> logging.Logger:
+    lg = logging.getLogger("kerastrainer")
+    lg.propagate = False
+    lg.setLevel(logging.INFO)
+    if not lg.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(_Formatter(datefmt="%m%d %H:%M:%S"))
+        lg.addHandler(handler)
+    return lg
+
+
+_logger = _make_logger()
+info = _logger.info
+warning = _logger.warning
+warn = _logger.warning
+error = _logger.error
+exception = _logger.exception
+debug = _logger.debug
+critical = _logger.critical
+setLevel = _logger.setLevel
+
+LOG_DIR: Optional[str] = None
+_FILE_HANDLER: Optional[logging.Handler] = None
+
+
+def _timestamp() -> str:
+    return datetime.now().strftime("%m%d-%H%M%S")
+
+
+def _set_file(path: str) -> None:
+    global _FILE_HANDLER
+    if _FILE_HANDLER is not None:
+        _logger.removeHandler(_FILE_HANDLER)
+        _FILE_HANDLER.close()
+    if os.path.isfile(path):
+        # keep older logs of the same directory (action 'k')
+        backup = path + "." + _timestamp()
+        shutil.move(path, backup)
+        info("Existing log file '%s' backed up to '%s'", path, backup)
+    handler = logging.FileHandler(filename=path, encoding="utf-8", mode="w")
+    handler.setFormatter(_Formatter(datefmt="%m%d %H:%M:%S"))
+    _FILE_HANDLER = handler
+    _logger.addHandler(handler)
+    info("Argv: %s", " ".join(sys.argv))
+
+
+def set_logger_dir(dirname: str, action: Optional[str] = None) -> None:
+    """Set the directory for logs, checkpoints and monitors' output.
+
+    Args:
+        dirname: the directory; created when missing.
+        action: one of 'k', 'd', 'b', 'n', 'q' (see the module docstring), used only
+            when ``dirname`` exists and is not empty.
+    """
+    global LOG_DIR
+    dirname = os.path.normpath(dirname)
+    if _FILE_HANDLER is not None:
+        _logger.removeHandler(_FILE_HANDLER)
+
+    def dir_nonempty(d):
+        return os.path.isdir(d) and len([x for x in os.listdir(d) if x[0] != "."])
+
+    if dir_nonempty(dirname):
+        if not action:
+            if not (sys.stdin is not None and sys.stdin.isatty()):
+                raise RuntimeError(
+                    f"Log directory '{dirname}' exists and is not empty, and stdin is not a terminal "
+                    "to ask what to do. Pass action='k' (keep), 'd' (delete), 'b' (backup), "
+                    "'n' (new directory) or 'q' (quit).")
+            warn("Log directory %s exists! Use 'd' to delete it.", dirname)
+            warn("If you're resuming from a previous run, you can choose to keep it. "
+                 "Press any other key to exit.")
+            while not action:
+                action = input("Select Action: k (keep) / d (delete) / b (backup) / n (new) / q (quit):"
+                               ).lower().strip()
+        act = action
+        if act == "b":
+            backup = dirname + _timestamp()
+            shutil.move(dirname, backup)
+            info("Directory '%s' backed up to '%s'", dirname, backup)
+        elif act == "d":
+            shutil.rmtree(dirname, ignore_errors=True)
+            if dir_nonempty(dirname):
+                shutil.rmtree(dirname, ignore_errors=False)
+        elif act == "n":
+            dirname = dirname + _timestamp()
+            info("Use a new log directory %s", dirname)
+        elif act == "k":
+            pass
+        elif act == "q":
+            raise OSError(f"Log directory '{dirname}' exists; quitting as asked (action 'q').")
+        else:
+            raise ValueError(f"Unknown log-directory action {action!r}; use one of k, d, b, n, q.")
+    LOG_DIR = dirname
+    try:
+        os.makedirs(dirname, exist_ok=True)
+    except OSError as e:  # pragma: no cover
+        if e.errno != errno.EEXIST:
+            raise
+    _set_file(os.path.join(dirname, "log.log"))
+
+
+def auto_set_dir(action: Optional[str] = None, name: Optional[str] = None) -> str:
+    """Use ``train_log/<script name>[:name]`` as the log directory; returns it."""
+    mod = sys.modules["__main__"]
+    basename = os.path.basename(getattr(mod, "__file__", "interactive") or "interactive")
+    auto_dirname = os.path.join("train_log", basename[: basename.rfind(".")] if "." in basename else basename)
+    if name:
+        auto_dirname += "_%s" % name if os.name == "nt" else ":%s" % name
+    set_logger_dir(auto_dirname, action=action)
+    return LOG_DIR
+
+
+def get_logger_dir() -> Optional[str]:
+    """The directory set by :func:`set_logger_dir`, or None."""
+    return LOG_DIR
+
+
+def unset_logger_dir() -> None:
+    """Forget the log directory (used between runs in one process, e.g. tests)."""
+    global LOG_DIR, _FILE_HANDLER
+    if _FILE_HANDLER is not None:
+        _logger.removeHandler(_FILE_HANDLER)
+        _FILE_HANDLER.close()
+        _FILE_HANDLER = None
+    LOG_DIR = None

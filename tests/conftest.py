@@ -1,0 +1,45 @@
+"""Test set-up: several logical CPU devices before TensorFlow starts its runtime.
+
+Multi-device code paths (MirroredStrategy, per-tower inputs) run on these in CI.
+"""
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+NUM_LOGICAL_CPUS = 4
+
+
+def _configure_tf():
+    import tensorflow as tf
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
+    except RuntimeError:  # runtime already initialised by an earlier import
+        pass
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long tests")
+    # Before any test module can start TF's runtime. (The TF-free promise of
+    # kerastrainer.dataflow is checked in a subprocess, so importing TF here is fine.)
+    _configure_tf()
+
+
+@pytest.fixture(scope="session")
+def tf():
+    _configure_tf()
+    import tensorflow as tf
+    return tf
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    """A fresh log directory; the logger forgets it afterwards."""
+    from kerastrainer.utils import logger
+    d = tmp_path / "train_log"
+    yield str(d)
+    logger.unset_logger_dir()
