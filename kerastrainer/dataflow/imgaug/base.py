@@ -1,0 +1,136 @@
+"""The augmentor base classes.
+
+An :class:`ImageAugmentor` owns a random generator and, given an image, draws a
+:class:`~kerastrainer.dataflow.imgaug.transform.Transform`: a deterministic
+operation that can be replayed on other components (a mask, coordinates).
+
+Example::
+
+    aug = Flip(horiz=True)
+    aug.reset_state()                       # once per process (reseeds self.rng)
+    out = aug.augment(img)                  # draw and apply in one go
+    out, tfm = aug.augment_return_params(img)
+    mask_out = tfm.apply_mask(mask)         # the same flip, replayed
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Tuple
+
+import numpy as np
+
+from ...utils.rng import get_rng
+from .transform import PhotometricTransform, Transform
+
+__all__ = ["ImageAugmentor", "PhotometricAugmentor"]
+
+
+def check_image(img: Any, who: str) -> None:
+    """Raise a clear error unless ``img`` is an HxW or HxWxC numpy array."""
+    if not isinstance(img, np.ndarray):
+        raise TypeError(f"{who} expects a numpy array image, got {type(img).__name__}.")
+    if img.ndim not in (2, 3):
+        raise ValueError(f"{who} expects an image of shape HxW or HxWxC, got shape {img.shape}.")
+
+
+class ImageAugmentor:
+    """Base class: draw a random :class:`Transform` from an image.
+
+    Subclasses implement :meth:`get_transform`. Each augmentor has its own
+    ``self.rng`` (a numpy RandomState), reseeded by :meth:`reset_state`, which
+    every DataFlow that uses augmentors calls once per process, so that forked
+    workers do not repeat each other's random draws (and so that
+    ``fix_rng_seed`` makes runs repeat).
+
+    Example::
+
+        class RandomInvert(ImageAugmentor):
+            def get_transform(self, img):
+                if self.rng.rand() < 0.5:
+                    return PhotometricTransform(lambda im: 255 - im, "invert")
+                return NoOpTransform()
+    """
+
+    def __init__(self):
+        self.rng = get_rng(self)
+
+    def reset_state(self) -> None:
+        """Reseed ``self.rng``; call once per process before use."""
+        self.rng = get_rng(self)
+
+    def get_transform(self, img: np.ndarray) -> Transform:
+        """Draw the random parameters for ``img`` and return them as a Transform."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement get_transform")
+
+    def augment(self, img: np.ndarray) -> np.ndarray:
+        """Draw a transform for ``img`` and apply it."""
+        return self.augment_return_params(img)[0]
+
+    def augment_return_params(self, img: np.ndarray) -> Tuple[np.ndarray, Transform]:
+        """Augment ``img``; also return the transform, to replay it on other components."""
+        check_image(img, type(self).__name__)
+        tfm = self.get_transform(img)
+        return tfm.apply_image(img), tfm
+
+    def augment_with_params(self, img: np.ndarray, tfm: Transform) -> np.ndarray:
+        """Replay a transform returned by :meth:`augment_return_params` on another image."""
+        return tfm.apply_image(img)
+
+    def augment_coords(self, coords: np.ndarray, tfm: Transform) -> np.ndarray:
+        """Replay a transform on ``(N, 2)`` ``(x, y)`` coordinates."""
+        return tfm.apply_coords(coords)
+
+    def _rand_range(self, low: float = 1.0, high: float = None, size=None):
+        """Uniform sample in ``[low, high)``; with one argument, in ``[0, low)``."""
+        if high is None:
+            low, high = 0.0, low
+        return self.rng.uniform(low, high, size)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items()
+                           if not k.startswith("_") and k != "rng")
+        return f"{type(self).__name__}({fields})"
+
+
+def _to_float(img: np.ndarray) -> np.ndarray:
+    return img.astype(np.float32) if img.dtype != np.float32 else img.copy()
+
+
+def restore_dtype(out: np.ndarray, old_dtype: np.dtype, clip: bool) -> np.ndarray:
+    """Bring a float32 result back to the input's dtype: uint8 is rounded and clipped to [0, 255]."""
+    if old_dtype == np.uint8:
+        np.clip(out, 0, 255, out=out)
+        return np.rint(out, out=out).astype(np.uint8)
+    if clip:
+        np.clip(out, 0, 255, out=out)
+    return out.astype(old_dtype, copy=False)
+
+
+class PhotometricAugmentor(ImageAugmentor):
+    """Base class of augmentors that change pixel values but not geometry.
+
+    Subclasses implement ``_get_params(img)`` (draw the random parameters) and
+    ``_impl(img, params)`` (apply them to a float32 copy of the image, scaled to
+    [0, 255]). The result comes back in the input's dtype; uint8 is clipped to
+    [0, 255], and float results are clipped too when ``self.clip`` is true.
+    Masks and coordinates are left alone.
+    """
+
+    clip = True
+
+    def _get_params(self, img: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def _impl(self, img: np.ndarray, params: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def _apply(self, img: np.ndarray, params: Any) -> np.ndarray:
+        old_dtype = img.dtype
+        out = self._impl(_to_float(img), params)
+        return restore_dtype(out, old_dtype, self.clip)
+
+    def get_transform(self, img):
+        params = self._get_params(img)
+        # functools.partial of a bound method pickles, unlike a lambda.
+        return PhotometricTransform(partial(self._apply, params=params),
+                                    name=f"{type(self).__name__}({params!r})")

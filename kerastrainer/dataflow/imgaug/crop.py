@@ -1,0 +1,113 @@
+"""Cropping augmentors: random, central, and the Inception-style random crop + resize."""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple, Union
+
+from .base import ImageAugmentor
+from .resize import parse_shape
+from .transform import CropTransform, ResizeTransform, TransformList
+
+__all__ = ["RandomCrop", "CenterCrop", "GoogleNetRandomCropAndResize"]
+
+
+def _check_fits(img, crop_h: int, crop_w: int, who: str) -> None:
+    h, w = img.shape[:2]
+    if h < crop_h or w < crop_w:
+        raise ValueError(f"{who}: cannot crop {crop_h}x{crop_w} (HxW) from an image of {h}x{w}. "
+                         "Resize first (e.g. ResizeShortestEdge) or use a smaller crop.")
+
+
+class RandomCrop(ImageAugmentor):
+    """Crop a window of ``crop_shape`` at a uniformly random position.
+
+    Example::
+
+        RandomCrop((28, 28)).augment(np.zeros((32, 32, 3), np.uint8)).shape   # (28, 28, 3)
+    """
+
+    def __init__(self, crop_shape: Union[int, Sequence[int]]):
+        super().__init__()
+        self.crop_shape = parse_shape(crop_shape, "RandomCrop", "crop_shape")
+
+    def get_transform(self, img):
+        ch, cw = self.crop_shape
+        _check_fits(img, ch, cw, "RandomCrop")
+        h, w = img.shape[:2]
+        y0 = self.rng.randint(0, h - ch + 1)
+        x0 = self.rng.randint(0, w - cw + 1)
+        return CropTransform(y0, x0, ch, cw)
+
+
+class CenterCrop(ImageAugmentor):
+    """Crop the central window of ``crop_shape``.
+
+    Example::
+
+        CenterCrop(224).augment(np.zeros((256, 300, 3), np.uint8)).shape   # (224, 224, 3)
+    """
+
+    def __init__(self, crop_shape: Union[int, Sequence[int]]):
+        super().__init__()
+        self.crop_shape = parse_shape(crop_shape, "CenterCrop", "crop_shape")
+
+    def get_transform(self, img):
+        ch, cw = self.crop_shape
+        _check_fits(img, ch, cw, "CenterCrop")
+        h, w = img.shape[:2]
+        return CropTransform((h - ch) // 2, (w - cw) // 2, ch, cw)
+
+
+class GoogleNetRandomCropAndResize(ImageAugmentor):
+    """The Inception / fb.resnet.torch training crop: a random window covering a
+    random fraction of the area with a random aspect ratio, resized to ``target_shape``.
+
+    After 10 failed draws it falls back to resizing the shortest edge to the target
+    and cropping the centre.
+
+    Example::
+
+        aug = GoogleNetRandomCropAndResize(target_shape=224)
+        aug.augment(np.zeros((375, 500, 3), np.uint8)).shape    # (224, 224, 3)
+    """
+
+    def __init__(self, crop_area_fraction: Tuple[float, float] = (0.08, 1.0),
+                 aspect_ratio_range: Tuple[float, float] = (0.75, 1.333),
+                 target_shape: Union[int, Sequence[int]] = 224, interp: Optional[int] = None):
+        super().__init__()
+        lo, hi = (float(v) for v in crop_area_fraction)
+        if not 0 < lo <= hi <= 1:
+            raise ValueError("GoogleNetRandomCropAndResize: crop_area_fraction must satisfy "
+                             f"0 < low <= high <= 1, got {crop_area_fraction!r}.")
+        rlo, rhi = (float(v) for v in aspect_ratio_range)
+        if not 0 < rlo <= rhi:
+            raise ValueError("GoogleNetRandomCropAndResize: aspect_ratio_range must satisfy "
+                             f"0 < low <= high, got {aspect_ratio_range!r}.")
+        self.crop_area_fraction = (lo, hi)
+        self.aspect_ratio_range = (rlo, rhi)
+        self.target_shape = parse_shape(target_shape, "GoogleNetRandomCropAndResize", "target_shape")
+        self.interp = interp
+
+    def get_transform(self, img):
+        h, w = img.shape[:2]
+        th, tw = self.target_shape
+        area = h * w
+        # Sample the aspect ratio log-uniformly so that r and 1/r are equally likely.
+        log_lo, log_hi = (math.log(r) for r in self.aspect_ratio_range)
+        for _ in range(10):
+            target_area = self.rng.uniform(*self.crop_area_fraction) * area
+            ratio = math.exp(self.rng.uniform(log_lo, log_hi))
+            ww = int(round(math.sqrt(target_area * ratio)))
+            hh = int(round(math.sqrt(target_area / ratio)))
+            if self.rng.uniform() < 0.5:
+                ww, hh = hh, ww
+            if 0 < hh <= h and 0 < ww <= w:
+                y0 = self.rng.randint(0, h - hh + 1)
+                x0 = self.rng.randint(0, w - ww + 1)
+                return TransformList([CropTransform(y0, x0, hh, ww),
+                                      ResizeTransform(hh, ww, th, tw, self.interp)])
+        # Fallback: resize the shorter side to the target, then take the centre.
+        scale = max(th / h, tw / w)
+        nh, nw = max(th, int(h * scale + 0.5)), max(tw, int(w * scale + 0.5))
+        return TransformList([ResizeTransform(h, w, nh, nw, self.interp),
+                              CropTransform((nh - th) // 2, (nw - tw) // 2, th, tw)])
