@@ -1,0 +1,263 @@
+"""The msgpack wire format of datapoints: numpy arrays travel as raw buffers.
+
+Two forms share one encoding:
+
+- ``dumps_frames(obj) -> list`` / ``loads_frames(frames)``: a small msgpack
+  *header* frame, then one raw buffer per large numpy array. Send it with
+  ``socket.send_multipart(frames, copy=False)`` and receive it with
+  ``recv_multipart(copy=False)``: arrays are never pickled, never copied on send
+  (beyond making a non-contiguous array contiguous once), and built on receive with
+  ``np.frombuffer`` over the zmq frames' own memory.
+- ``dumps(obj) -> bytes`` / ``loads(buf)``: the same header and buffers laid out
+  in one contiguous buffer (for LMDB, files, single-frame transports). Arrays
+  returned by ``loads`` are views into ``buf`` (read-only when ``buf`` is bytes).
+
+What round-trips exactly: numpy arrays of any non-object dtype (bool, structured,
+datetime... any shape, 0-d included, C- or non-contiguous), numpy scalars (they
+stay numpy scalars of the same dtype), bytes, str, int, float, bool, None, and
+nested lists / tuples / dicts of them. **Tuples come back as lists** (msgpack has
+one sequence type); dict subclasses come back as dicts; bytearray and memoryview
+come back as bytes. Arrays smaller than 1 KiB are copied into the header and come
+back writable; larger arrays received by ``loads_frames`` are writable views of the
+zmq frame.
+
+A buffer or frame list that is not in this format raises ``ValueError``.
+
+Example::
+
+    frames = dumps_frames([np.zeros((64, 224, 224, 3), np.uint8), 3])
+    sock.send_multipart(frames, copy=False)
+    ...
+    img, label = loads_frames(sock.recv_multipart(copy=False))
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, List, Sequence
+
+import msgpack
+import numpy as np
+
+__all__ = ["dumps", "loads", "dumps_frames", "loads_frames", "is_wire_header", "HEADER_MAGIC",
+           "BUFFER_MAGIC"]
+
+HEADER_MAGIC = b"KTW1"   # first bytes of a header frame
+BUFFER_MAGIC = b"KTB1"   # first bytes of a single-buffer message
+INLINE_MAX_BYTES = 1024  # arrays up to this size travel inside the header
+_ALIGN = 64              # offsets of arrays in a single buffer (cache-line aligned)
+
+_EXT_INLINE_ARRAY = 1    # payload: msgpack [dtype, shape, raw bytes]
+_EXT_FRAME_ARRAY = 2     # payload: msgpack [dtype, shape, frame index]
+_EXT_SCALAR = 3          # payload: msgpack [dtype, raw bytes]
+
+_BUF_PREFIX = struct.Struct("<4sII")  # magic, header length, number of array buffers
+_U64 = struct.Struct("<Q")
+
+
+def _dtype_to_wire(dt: np.dtype):
+    if dt.hasobject:
+        raise TypeError(
+            f"Cannot serialize a numpy array of dtype {dt} (it holds Python objects). "
+            "Convert it to a numeric/bytes dtype, or to a list, before yielding it from a DataFlow.")
+    if dt.fields is None and dt.subdtype is None:
+        return dt.str
+    return np.lib.format.dtype_to_descr(dt)
+
+
+def _tuplify(descr):
+    # msgpack turns the tuples of a structured dtype's descr into lists
+    if isinstance(descr, list):
+        return [tuple(_tuplify(x) for x in item) if isinstance(item, list) else item for item in descr]
+    return descr
+
+
+def _dtype_from_wire(d) -> np.dtype:
+    if isinstance(d, str):
+        dt = np.dtype(d)
+    else:
+        dt = np.lib.format.descr_to_dtype(_tuplify(d))
+    if dt.hasobject:
+        raise ValueError("object dtype in a wire header")
+    return dt
+
+
+class _Encoder:
+    """Packs one object; large arrays go to ``self.buffers`` (contiguous, uncopied)."""
+
+    def __init__(self):
+        self.buffers: List[Any] = []
+        self._packer = msgpack.Packer(use_bin_type=True, strict_types=True, default=self._default)
+
+    def _default(self, obj):
+        if isinstance(obj, np.ndarray):
+            return self._array(obj)
+        if isinstance(obj, np.generic):
+            dt = obj.dtype
+            return msgpack.ExtType(_EXT_SCALAR, msgpack.packb(
+                [_dtype_to_wire(dt), np.asarray(obj).tobytes()], use_bin_type=True))
+        # strict_types sends subclasses of the base types here
+        if isinstance(obj, (tuple, list)):
+            return list(obj)
+        if isinstance(obj, dict):
+            return dict(obj)
+        if isinstance(obj, bool):
+            return bool(obj)
+        if isinstance(obj, int):
+            return int(obj)
+        if isinstance(obj, float):
+            return float(obj)
+        if isinstance(obj, str):
+            return str(obj)
+        if isinstance(obj, (bytes, bytearray, memoryview)):
+            return bytes(obj)
+        raise TypeError(
+            f"Cannot serialize an object of type {type(obj).__module__}.{type(obj).__qualname__}: "
+            "datapoints may hold numpy arrays and scalars, bytes, str, int, float, bool, None, "
+            "and lists/tuples/dicts of them.")
+
+    def _array(self, arr: np.ndarray):
+        dtw = _dtype_to_wire(arr.dtype)
+        if arr.nbytes <= INLINE_MAX_BYTES:
+            return msgpack.ExtType(_EXT_INLINE_ARRAY, msgpack.packb(
+                [dtw, list(arr.shape), arr.tobytes()], use_bin_type=True))
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)  # the one copy a strided array costs
+        self.buffers.append(arr)
+        return msgpack.ExtType(_EXT_FRAME_ARRAY, msgpack.packb(
+            [dtw, list(arr.shape), len(self.buffers) - 1], use_bin_type=True))
+
+    def header(self, obj) -> bytes:
+        return HEADER_MAGIC + self._packer.pack(obj)
+
+
+def _raw_view(arr: np.ndarray) -> memoryview:
+    """A flat byte view of a C-contiguous array, for zmq and joins (works for any dtype)."""
+    return memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
+
+
+def dumps_frames(obj: Any) -> list:
+    """Encode ``obj`` as ``[header, buf0, buf1, ...]``; send with ``send_multipart(copy=False)``.
+
+    The buffers are memoryviews of the arrays themselves: do not modify the arrays
+    until zmq has sent them.
+    """
+    enc = _Encoder()
+    header = enc.header(obj)
+    return [header] + [_raw_view(a) for a in enc.buffers]
+
+
+def _frame_bytes(frame) -> memoryview:
+    # zmq.Frame exposes .buffer; bytes/bytearray/memoryview are buffers already
+    buf = getattr(frame, "buffer", frame)
+    try:
+        return memoryview(buf)
+    except TypeError:
+        raise ValueError(f"Malformed wire message: a frame of type {type(frame).__name__} is not a buffer") from None
+
+
+def _decode(header: memoryview, buffers: Sequence[memoryview], where: str):
+    if len(header) < len(HEADER_MAGIC) or bytes(header[:len(HEADER_MAGIC)]) != HEADER_MAGIC:
+        raise ValueError(
+            f"Malformed wire message ({where}): the header does not start with {HEADER_MAGIC!r}; "
+            "was it written by kerastrainer.dataflow.wire.dumps/dumps_frames?")
+    used = set()
+
+    def ext_hook(code, data):
+        if code == _EXT_FRAME_ARRAY:
+            dtw, shape, idx = msgpack.unpackb(data, raw=False)
+            dt = _dtype_from_wire(dtw)
+            if not isinstance(idx, int) or not 0 <= idx < len(buffers):
+                raise ValueError(f"array frame index {idx!r} out of range (message has {len(buffers)})")
+            buf = buffers[idx]
+            count = int(np.prod(shape, dtype=np.int64))
+            if count * dt.itemsize != buf.nbytes:
+                raise ValueError(f"array frame {idx} has {buf.nbytes} bytes, expected {count * dt.itemsize} "
+                                 f"for shape {tuple(shape)} and dtype {dt}")
+            used.add(idx)
+            return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
+        if code == _EXT_INLINE_ARRAY:
+            dtw, shape, raw = msgpack.unpackb(data, raw=False)
+            dt = _dtype_from_wire(dtw)
+            return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
+        if code == _EXT_SCALAR:
+            dtw, raw = msgpack.unpackb(data, raw=False)
+            dt = _dtype_from_wire(dtw)
+            if len(raw) != dt.itemsize:
+                raise ValueError(f"scalar of dtype {dt} has {len(raw)} bytes, expected {dt.itemsize}")
+            return np.frombuffer(raw, dtype=dt)[0]
+        raise ValueError(f"unknown msgpack extension type {code}")
+
+    try:
+        obj = msgpack.unpackb(header[len(HEADER_MAGIC):], raw=False, ext_hook=ext_hook,
+                              strict_map_key=False, use_list=True)
+    except (ValueError, msgpack.UnpackException, TypeError, KeyError, IndexError, OverflowError, MemoryError) as e:
+        detail = str(e) or type(e).__name__
+        raise ValueError(f"Malformed wire message ({where}): {detail}") from None
+    if len(used) != len(buffers):
+        raise ValueError(f"Malformed wire message ({where}): {len(buffers)} array frames but the header "
+                         f"refers to {len(used)}")
+    return obj
+
+
+def loads_frames(frames: Sequence[Any]) -> Any:
+    """Decode frames made by :func:`dumps_frames` (zmq Frames, bytes or memoryviews).
+
+    Arrays are ``np.frombuffer`` views over the frames: no copy.
+    """
+    if not frames:
+        raise ValueError("Malformed wire message: no frames")
+    views = [_frame_bytes(f) for f in frames]
+    return _decode(views[0], views[1:], "multipart")
+
+
+def dumps(obj: Any) -> bytes:
+    """Encode ``obj`` into one contiguous ``bytes`` (see the module docstring for the layout)."""
+    enc = _Encoder()
+    header = enc.header(obj)
+    parts = [_BUF_PREFIX.pack(BUFFER_MAGIC, len(header), len(enc.buffers))]
+    parts += [_U64.pack(a.nbytes) for a in enc.buffers]
+    parts.append(header)
+    pos = sum(len(p) for p in parts)
+    for a in enc.buffers:
+        pad = -pos % _ALIGN
+        parts.append(b"\0" * pad)
+        parts.append(_raw_view(a))
+        pos += pad + a.nbytes
+    return b"".join(parts)
+
+
+def loads(buf: Any) -> Any:
+    """Decode a buffer made by :func:`dumps`; arrays are views into ``buf`` (no copy)."""
+    mv = _frame_bytes(buf)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    n = len(mv)
+    if n < _BUF_PREFIX.size or bytes(mv[:4]) != BUFFER_MAGIC:
+        raise ValueError(
+            f"Malformed wire buffer: it does not start with {BUFFER_MAGIC!r} (got {bytes(mv[:8])!r}); "
+            "was it written by kerastrainer.dataflow.wire.dumps?")
+    _, hlen, nbuf = _BUF_PREFIX.unpack_from(mv, 0)
+    pos = _BUF_PREFIX.size
+    if pos + nbuf * _U64.size + hlen > n:
+        raise ValueError(f"Malformed wire buffer: truncated ({n} bytes, header says more)")
+    sizes = [_U64.unpack_from(mv, pos + i * _U64.size)[0] for i in range(nbuf)]
+    pos += nbuf * _U64.size
+    header = mv[pos:pos + hlen]
+    pos += hlen
+    buffers = []
+    for size in sizes:
+        pos += -pos % _ALIGN
+        if pos + size > n:
+            raise ValueError(f"Malformed wire buffer: truncated ({n} bytes, an array needs {pos + size})")
+        buffers.append(mv[pos:pos + size])
+        pos += size
+    return _decode(header, buffers, "buffer")
+
+
+def is_wire_header(frame: Any) -> bool:
+    """True when ``frame`` starts like a :func:`dumps_frames` header."""
+    try:
+        mv = _frame_bytes(frame)
+    except ValueError:
+        return False
+    return bytes(mv[:len(HEADER_MAGIC)]) == HEADER_MAGIC

@@ -1,0 +1,171 @@
+"""Process and thread helpers for DataFlow workers. No TensorFlow here.
+
+The helpers keep worker processes from outliving their parent and describe why
+a worker ended in words a user can act on.
+
+Example::
+
+    import multiprocessing as mp
+    from kerastrainer.utils.concurrency import die_with_parent, stop_processes
+
+    def work(parent_pid):
+        die_with_parent(parent_pid)   # first thing in the child, right after fork
+        ...
+
+    p = mp.get_context("fork").Process(target=work, args=(os.getpid(),), daemon=True)
+    p.start()
+    ...
+    stop_processes([p])
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Iterable, Optional
+
+__all__ = ["enable_death_signal", "die_with_parent", "start_parent_watchdog", "describe_exitcode",
+           "stop_processes", "StoppableThread", "mp_fork_context"]
+
+_PR_SET_PDEATHSIG = 1
+_libc = None
+
+
+def _get_libc():
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c") or "libc.so.6"
+        _libc = ctypes.CDLL(name, use_errno=True)
+    return _libc
+
+
+def enable_death_signal(sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent thread dies.
+
+    Linux only (``prctl(PR_SET_PDEATHSIG)``); elsewhere a no-op that returns False.
+    Note the kernel's rule: the signal fires when the *thread* that forked us
+    exits, so only rely on it when the fork happened on a long-lived thread.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        ret = _get_libc().prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        return False
+    return ret == 0
+
+
+def start_parent_watchdog(parent_pid: int, interval: float = 0.5) -> threading.Thread:
+    """Start a daemon thread that ends this process (``os._exit``) once ``parent_pid`` is gone.
+
+    Works on every POSIX system, and covers the cases PR_SET_PDEATHSIG does not
+    (fork from a short-lived thread, non-Linux): the parent's death re-parents us,
+    which changes ``os.getppid()``.
+    """
+    def watch():
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            time.sleep(interval)
+
+    t = threading.Thread(target=watch, name="parent-watchdog", daemon=True)
+    t.start()
+    return t
+
+
+def die_with_parent(parent_pid: int, use_pdeathsig: bool = True) -> None:
+    """Make the calling (child) process die within a second of ``parent_pid``.
+
+    Call it first thing in a forked child. Sets PR_SET_PDEATHSIG (when
+    ``use_pdeathsig``), then checks the parent is still the same process (it may
+    have died between ``fork`` and ``prctl``), then starts the watchdog thread.
+    """
+    if use_pdeathsig:
+        enable_death_signal(signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    start_parent_watchdog(parent_pid)
+
+
+def describe_exitcode(exitcode: Optional[int]) -> str:
+    """Words for a ``multiprocessing.Process.exitcode``: 'killed by signal SIGKILL (9)', ..."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {name} ({-exitcode})"
+    return f"exited with code {exitcode}"
+
+
+def stop_processes(procs: Iterable, timeout: float = 1.0) -> None:
+    """Terminate (SIGTERM), then kill (SIGKILL) what is left, and join every process.
+
+    ``procs`` are ``multiprocessing.Process`` objects started by this process;
+    ones never started or already joined are skipped. Never blocks much longer
+    than ``2 * timeout``.
+    """
+    procs = [p for p in procs if getattr(p, "_popen", None) is not None]
+    for p in procs:
+        if p.exitcode is None:
+            try:
+                p.terminate()
+            except (OSError, AttributeError):
+                pass
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.exitcode is None:
+            try:
+                p.kill()
+            except (OSError, AttributeError):
+                pass
+            p.join(timeout)
+
+
+class StoppableThread(threading.Thread):
+    """A daemon thread with a stop event; its loop should check ``self.stopped()``.
+
+    Example::
+
+        class Worker(StoppableThread):
+            def run(self):
+                while not self.stopped():
+                    ...
+
+        t = Worker(); t.start(); ...; t.stop(); t.join()
+    """
+
+    def __init__(self, name: Optional[str] = None):
+        super().__init__(name=name, daemon=True)
+        self._stop_evt = threading.Event()
+
+    def stop(self) -> None:
+        """Ask the thread to stop; it ends at its next check."""
+        self._stop_evt.set()
+
+    def stopped(self) -> bool:
+        return self._stop_evt.is_set()
+
+    def wait_stopped(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early when stopped; return ``stopped()``."""
+        return self._stop_evt.wait(timeout)
+
+
+def mp_fork_context():
+    """The multiprocessing context DataFlow workers use: ``fork`` where it exists.
+
+    Forked workers do not re-import the parent's modules (TensorFlow above all).
+    """
+    import multiprocessing as mp
+    try:
+        return mp.get_context("fork")
+    except ValueError:  # pragma: no cover - Windows
+        return mp.get_context()
