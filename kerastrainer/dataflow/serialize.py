@@ -1,0 +1,416 @@
+"""Save a DataFlow to one file and load it back as a DataFlow: LMDB and numpy ``.npz``.
+
+- :class:`LMDBSerializer`: one LMDB file (``subdir=False``); datapoint ``i`` is
+  stored under the key ``b'%08d' % i`` as :func:`kerastrainer.dataflow.wire.dumps`
+  bytes, and the entry ``b'__keys__'`` holds the list of keys in order. Reads are
+  random access, so shuffling is cheap; good for datasets larger than memory.
+  Needs the ``lmdb`` package (``pip install kerastrainer[lmdb]``).
+- :class:`NumpySerializer`: one ``.npz`` loaded whole into memory. Components that
+  are numpy arrays (or numbers) of one shape and dtype in every datapoint are
+  stored stacked, as plain arrays ``np.load`` can read; other components are
+  stored as wire-encoded bytes. No pickle is used.
+
+Both write to a temporary file and rename it at the end, so an interrupted save
+leaves no half-written file, and both refuse to overwrite an existing path.
+
+Example::
+
+    LMDBSerializer.save(ds, '/data/train.lmdb')
+    ds = LMDBSerializer.load('/data/train.lmdb', shuffle=True)   # a DataFlow with len()
+
+    NumpySerializer.save(ds, '/data/val.npz')
+    ds = NumpySerializer.load('/data/val.npz', shuffle=False)
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Iterator, List, Optional, Union
+
+import numpy as np
+
+from ..utils import logger
+from ..utils.rng import get_rng
+from . import wire
+from .base import RNGDataFlow
+from .common import _check_dataflow, _check_int, _try_size
+
+__all__ = ["LMDBSerializer", "NumpySerializer", "LMDBData", "NumpyData"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+_KEYS_ENTRY = b"__keys__"
+_NPZ_FORMAT = "kerastrainer-npz"
+_NPZ_VERSION = 1
+_LMDB_INITIAL_MAP_SIZE = 1 << 28  # grows by doubling as the file fills; sparse, so cheap to start big
+
+
+def _import_lmdb():
+    try:
+        import lmdb
+    except ImportError as e:
+        raise ImportError("LMDBSerializer needs the 'lmdb' package: pip install 'kerastrainer[lmdb]' "
+                          "(or pip install lmdb)") from e
+    return lmdb
+
+
+def _new_file_path(path: PathLike, who: str) -> str:
+    """Check that ``path`` can be created; make its parent directory."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{who}: {path!r} is a directory; give the path of the file to write")
+    if os.path.exists(path):
+        raise FileExistsError(f"{who}: {path!r} already exists; remove it first or choose another path")
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    return path
+
+
+def _existing_path(path: PathLike, who: str) -> str:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{who}: {path!r} does not exist; write it first with {who.split('.')[0]}.save(df, path)")
+    return path
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _progress(total: Optional[int], desc: str):
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, dynamic_ncols=True, smoothing=0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# LMDB
+
+class LMDBSerializer:
+    """Write a DataFlow to one LMDB file, and read it back as a DataFlow.
+
+    Example::
+
+        LMDBSerializer.save(DataFromList(samples, shuffle=False), 'train.lmdb')
+        ds = LMDBSerializer.load('train.lmdb', shuffle=True)
+        ds.reset_state()
+        for dp in ds:
+            ...
+    """
+
+    @staticmethod
+    def save(df: Any, path: PathLike, write_frequency: int = 5000) -> None:
+        """Iterate ``df`` once (after ``reset_state()``) and write every datapoint to ``path``.
+
+        Args:
+            df: the DataFlow to save; datapoints must be encodable by
+                :mod:`kerastrainer.dataflow.wire` (numpy arrays, numbers, str, bytes,
+                and lists/dicts of them).
+            path: the LMDB file to create; it must not exist.
+            write_frequency: commit a transaction every this many datapoints.
+        """
+        _check_dataflow(df, "LMDBSerializer.save")
+        write_frequency = _check_int(write_frequency, "LMDBSerializer.save write_frequency", 1)
+        lmdb = _import_lmdb()
+        path = _new_file_path(path, "LMDBSerializer.save")
+        tmp = f"{path}.tmp-{os.getpid()}"
+        _remove_quietly(tmp)
+        # lock=False: the only writer is this process and readers open it read-only later
+        env = lmdb.open(tmp, subdir=False, map_size=_LMDB_INITIAL_MAP_SIZE, meminit=False, lock=False, sync=False)
+        try:
+            df.reset_state()
+            keys: List[bytes] = []
+            pending = []
+            with _progress(_try_size(df), "LMDBSerializer.save") as pbar:
+                for idx, dp in enumerate(df):
+                    key = b"%08d" % idx
+                    pending.append((key, wire.dumps(dp)))
+                    keys.append(key)
+                    if len(pending) >= write_frequency:
+                        _lmdb_commit(lmdb, env, pending)
+                        pending = []
+                    pbar.update(1)
+            pending.append((_KEYS_ENTRY, wire.dumps(keys)))
+            _lmdb_commit(lmdb, env, pending)
+            env.sync(True)
+        except BaseException:
+            env.close()
+            _remove_quietly(tmp)
+            raise
+        env.close()
+        os.replace(tmp, path)
+        logger.info("LMDBSerializer: wrote %d datapoints to %s", len(keys), path)
+
+    @staticmethod
+    def load(path: PathLike, shuffle: bool = True) -> "LMDBData":
+        """A DataFlow over the LMDB file at ``path``, in a new random order each epoch when ``shuffle``."""
+        return LMDBData(path, shuffle=shuffle)
+
+
+def _lmdb_commit(lmdb, env, items: list) -> None:
+    """Write ``items`` in one transaction, doubling the map size until they fit."""
+    while True:
+        try:
+            with env.begin(write=True) as txn:
+                for k, v in items:
+                    txn.put(k, v)
+            return
+        except lmdb.MapFullError:  # the transaction was aborted; grow the map and redo it
+            env.set_mapsize(env.info()["map_size"] * 2)
+
+
+class LMDBData(RNGDataFlow):
+    """The DataFlow :meth:`LMDBSerializer.load` returns.
+
+    The file is opened read-only in ``reset_state()`` (so each worker process has
+    its own handle). Each datapoint is decoded into its own writable arrays.
+
+    Example::
+
+        ds = LMDBData('train.lmdb', shuffle=False)
+        print(len(ds))
+    """
+
+    def __init__(self, path: PathLike, shuffle: bool = True):
+        self._lmdb = _import_lmdb()
+        self.path = _existing_path(path, "LMDBSerializer.load")
+        self.shuffle = bool(shuffle)
+        self._env = None
+        self._env_pid = None
+        env = self._open()
+        try:
+            self.keys = self._read_keys(env)
+        finally:
+            env.close()
+
+    def _open(self):
+        try:
+            return self._lmdb.open(self.path, subdir=os.path.isdir(self.path), readonly=True, lock=False,
+                                   readahead=True, max_readers=256)
+        except self._lmdb.Error as e:
+            raise ValueError(f"LMDBSerializer.load: cannot open {self.path!r} as an LMDB database: {e}") from e
+
+    def _read_keys(self, env) -> List[bytes]:
+        with env.begin() as txn:
+            raw = txn.get(_KEYS_ENTRY)
+            if raw is None:
+                logger.warning("LMDB %s has no %r entry (not written by LMDBSerializer); "
+                               "using all its keys in sorted order", self.path, _KEYS_ENTRY.decode())
+                return [k for k in txn.cursor().iternext(keys=True, values=False) if k != _KEYS_ENTRY]
+        try:
+            keys = wire.loads(raw)
+        except ValueError as e:
+            raise ValueError(f"LMDBSerializer.load: the {_KEYS_ENTRY!r} entry of {self.path!r} is not in "
+                             f"kerastrainer's wire format ({e}); was the file written by another library?") from e
+        return [bytes(k) for k in keys]
+
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._close_env()
+        self._env = self._open()
+        self._env_pid = os.getpid()
+
+    def _close_env(self) -> None:
+        if self._env is not None:
+            if self._env_pid == os.getpid():  # a handle inherited through fork is only dropped
+                self._env.close()
+            self._env = None
+
+    def close(self) -> None:
+        self._close_env()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._env is None or self._env_pid != os.getpid():
+            self.reset_state()
+        keys = self.keys
+        order = self.rng.permutation(len(keys)) if self.shuffle else range(len(keys))
+        with self._env.begin(buffers=True) as txn:
+            for k in order:
+                value = txn.get(keys[k])
+                if value is None:
+                    raise KeyError(f"LMDB {self.path!r} lists key {keys[k]!r} in {_KEYS_ENTRY!r} but has no "
+                                   "value for it; the file is damaged, write it again")
+                # one copy out of the memory map (the buffer dies with the transaction), writable arrays
+                yield wire.loads(bytearray(value))
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy .npz
+
+def _component_mode(values: list) -> str:
+    """How one component is stored: 'array' (stacked ndarrays), 'scalar' (numpy scalars),
+    'py' (Python numbers of one type), or 'wire' (anything else, encoded per datapoint)."""
+    first = values[0]
+    if isinstance(first, np.ndarray) and first.dtype.kind != "O":
+        if all(isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype for v in values):
+            return "array"
+    elif isinstance(first, np.generic) and first.dtype.kind != "O":
+        if all(isinstance(v, np.generic) and v.dtype == first.dtype for v in values):
+            return "scalar"
+    elif type(first) in (bool, float) or (type(first) is int):
+        t = type(first)
+        if all(type(v) is t for v in values):
+            if t is not int or all(-(1 << 63) <= v < (1 << 63) for v in values):
+                return "py"
+    return "wire"
+
+
+class NumpySerializer:
+    """Write a DataFlow to one ``.npz`` file, and read it back as an in-memory DataFlow.
+
+    Meant for data that fits in memory. Stacked components can be read directly:
+    ``np.load(path)['c0']`` is component 0 of every datapoint.
+
+    Example::
+
+        NumpySerializer.save(DataFromList(samples, shuffle=False), 'val.npz')
+        ds = NumpySerializer.load('val.npz', shuffle=False)
+    """
+
+    @staticmethod
+    def save(df: Any, path: PathLike) -> None:
+        """Iterate ``df`` once (after ``reset_state()``) and write all its datapoints to ``path``.
+
+        Datapoints must all be lists of one length, or all dicts with the same str keys.
+        """
+        _check_dataflow(df, "NumpySerializer.save")
+        path = _new_file_path(path, "NumpySerializer.save")
+        df.reset_state()
+        with _progress(_try_size(df), "NumpySerializer.save") as pbar:
+            dps = []
+            for dp in df:
+                dps.append(dp)
+                pbar.update(1)
+        arrays, meta = _npz_arrays(dps)
+        arrays["__meta__"] = np.array(json.dumps(meta))
+        tmp = f"{path}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:  # a file object, so that numpy does not append '.npz' to the name
+                np.savez(f, **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            _remove_quietly(tmp)
+            raise
+        logger.info("NumpySerializer: wrote %d datapoints to %s", len(dps), path)
+
+    @staticmethod
+    def load(path: PathLike, shuffle: bool = True) -> "NumpyData":
+        """A DataFlow over the ``.npz`` at ``path``, in a new random order each epoch when ``shuffle``."""
+        return NumpyData(path, shuffle=shuffle)
+
+
+def _npz_arrays(dps: list):
+    meta = {"format": _NPZ_FORMAT, "version": _NPZ_VERSION, "size": len(dps), "kind": "list", "keys": [],
+            "modes": []}
+    if not dps:
+        return {}, meta
+    first = dps[0]
+    if isinstance(first, dict):
+        meta["kind"] = "dict"
+        keys = list(first)
+        for k in keys:
+            if not isinstance(k, str):
+                raise TypeError(f"NumpySerializer.save needs str keys in dict datapoints, got {k!r}")
+        for i, dp in enumerate(dps):
+            if not isinstance(dp, dict) or dp.keys() != first.keys():
+                raise ValueError(f"NumpySerializer.save: datapoint {i} does not have the keys of datapoint 0 "
+                                 f"({sorted(keys)}); all datapoints must have the same keys")
+    elif isinstance(first, (list, tuple)):
+        keys = list(range(len(first)))
+        for i, dp in enumerate(dps):
+            if not isinstance(dp, (list, tuple)) or len(dp) != len(first):
+                raise ValueError(f"NumpySerializer.save: datapoint {i} is not a list of {len(first)} components "
+                                 "like datapoint 0; all datapoints must have the same length")
+    else:
+        raise TypeError(f"NumpySerializer.save needs list or dict datapoints, got {type(first).__name__}")
+    meta["keys"] = keys
+    arrays = {}
+    for j, k in enumerate(keys):
+        values = [dp[k] for dp in dps]
+        mode = _component_mode(values)
+        meta["modes"].append(mode)
+        if mode == "array":
+            arrays[f"c{j}"] = np.stack(values)
+        elif mode in ("scalar", "py"):
+            arrays[f"c{j}"] = np.asarray(values)
+        else:
+            try:
+                blobs = [wire.dumps(v) for v in values]
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"NumpySerializer.save cannot store component {k!r}: {e}") from e
+            arrays[f"c{j}_offsets"] = np.cumsum([0] + [len(b) for b in blobs], dtype=np.int64)
+            arrays[f"c{j}_data"] = np.frombuffer(b"".join(blobs), dtype=np.uint8)
+    return arrays, meta
+
+
+class NumpyData(RNGDataFlow):
+    """The DataFlow :meth:`NumpySerializer.load` returns; the whole file is held in memory.
+
+    Arrays in the datapoints are read-only views into the loaded data (copy one
+    before editing it in place); Python numbers come back as Python numbers.
+
+    Example::
+
+        ds = NumpyData('val.npz', shuffle=False)
+    """
+
+    def __init__(self, path: PathLike, shuffle: bool = True):
+        self.path = _existing_path(path, "NumpySerializer.load")
+        self.shuffle = bool(shuffle)
+        try:
+            with np.load(self.path, allow_pickle=False) as npz:
+                arrays = {name: npz[name] for name in npz.files}
+        except (ValueError, OSError) as e:
+            raise ValueError(f"NumpySerializer.load: cannot read {self.path!r} as an .npz file: {e}") from e
+        meta = arrays.pop("__meta__", None)
+        try:
+            meta = json.loads(str(meta)) if meta is not None else None
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict) or meta.get("format") != _NPZ_FORMAT:
+            raise ValueError(f"NumpySerializer.load: {self.path!r} was not written by NumpySerializer.save "
+                             "(no kerastrainer metadata)")
+        if meta.get("version") != _NPZ_VERSION:
+            raise ValueError(f"NumpySerializer.load: {self.path!r} has format version {meta.get('version')}, "
+                             f"this kerastrainer reads version {_NPZ_VERSION}")
+        for a in arrays.values():
+            a.flags.writeable = False  # an in-place edit would change the data of later epochs
+        self._size = int(meta["size"])
+        self._is_dict = meta["kind"] == "dict"
+        self._keys = meta["keys"]
+        self._getters = [self._getter(arrays, j, mode) for j, mode in enumerate(meta["modes"])]
+
+    @staticmethod
+    def _getter(arrays: dict, j: int, mode: str) -> Callable[[int], Any]:
+        if mode == "array":
+            arr = arrays[f"c{j}"]
+            return lambda i: arr[i, ...]
+        if mode == "scalar":
+            arr = arrays[f"c{j}"]
+            return lambda i: arr[i]
+        if mode == "py":
+            arr = arrays[f"c{j}"]
+            return lambda i: arr[i].item()
+        if mode == "wire":
+            data, offsets = arrays[f"c{j}_data"], arrays[f"c{j}_offsets"]
+            return lambda i: wire.loads(data[offsets[i]:offsets[i + 1]])
+        raise ValueError(f"NumpySerializer.load: unknown storage mode {mode!r} of component {j}")
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.rng is None:
+            self.rng = get_rng(self)
+        order = self.rng.permutation(self._size) if self.shuffle else range(self._size)
+        getters, keys = self._getters, self._keys
+        if self._is_dict:
+            for i in order:
+                yield {k: g(i) for k, g in zip(keys, getters)}
+        else:
+            for i in order:
+                yield [g(i) for g in getters]
