@@ -72,8 +72,10 @@ class LayerStore(tf.Module):
                 self._check_create(name)
                 if initializer is None:
                     initializer = tf.zeros_initializer()
-                init = initializer(shape, dtype=dtype) if callable(initializer) else initializer
-                var = tf.Variable(init, dtype=dtype, trainable=trainable, name=name.replace("/", "_"))
+                # created outside any trace: the trainer builds variables by tracing once
+                with tf.init_scope():
+                    init = initializer(shape, dtype=dtype) if callable(initializer) else initializer
+                    var = tf.Variable(init, dtype=dtype, trainable=trainable, name=name.replace("/", "_"))
                 self.raw_variables[name] = var
         return var
 

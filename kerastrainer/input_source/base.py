@@ -1,0 +1,129 @@
+"""The InputSource protocol: how batches reach the traced training step.
+
+An InputSource turns data (a DataFlow, a ``tf.data.Dataset``, constants) into the
+tensors of one batch *inside* the traced step, so that no Python runs between
+steps. The trainer uses it like this::
+
+    source.setup(input_signature)      # eagerly, before tracing: queues, checks
+    callbacks += source.get_callbacks()   # start threads before training, stop after
+    ... inside the traced step, once per replica:
+    tensors = source.get_input_tensors()
+
+``FeedInput`` is the exception: it sets ``requires_feed`` and the trainer passes
+``next_feed()`` as arguments of each call (one step per call; the slow baseline).
+"""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from ..callbacks.base import Callback
+
+__all__ = ["InputSource", "InputSourceError", "check_datapoint", "as_component_list",
+           "spec_to_str"]
+
+
+class InputSourceError(RuntimeError):
+    """The data given to training does not fit the model's ``inputs()``, or it failed."""
+
+
+def spec_to_str(spec: tf.TensorSpec) -> str:
+    return f"TensorSpec(name={spec.name!r}, shape={tuple(spec.shape.as_list()) if spec.shape.rank is not None else None}, dtype={spec.dtype.name})"
+
+
+def as_component_list(dp, specs: Sequence[tf.TensorSpec], where: str) -> list:
+    """The datapoint's components in the order of ``specs`` (dict datapoints by spec name)."""
+    if isinstance(dp, dict):
+        missing = [s.name for s in specs if s.name not in dp]
+        if missing:
+            raise InputSourceError(
+                f"{where}: the datapoint is a dict with keys {sorted(dp)} but inputs() needs "
+                f"{missing}. Name the dict keys after the TensorSpec names.")
+        return [dp[s.name] for s in specs]
+    if not isinstance(dp, (list, tuple)):
+        raise InputSourceError(
+            f"{where}: a datapoint must be a list or a dict of components; got {type(dp).__name__}.")
+    if len(dp) != len(specs):
+        raise InputSourceError(
+            f"{where}: the datapoint has {len(dp)} components but inputs() declares {len(specs)}: "
+            f"{[s.name for s in specs]}. Make the DataFlow produce one component per input.")
+    return list(dp)
+
+
+def check_datapoint(dp, specs: Sequence[tf.TensorSpec], where: str) -> List[np.ndarray]:
+    """Check a datapoint against the specs and return its components as numpy arrays.
+
+    A component may be cast to the spec's dtype when numpy calls it a 'same_kind'
+    cast (float64 -> float32, int64 -> int32); anything else is an error naming the
+    input and both specs.
+    """
+    comps = as_component_list(dp, specs, where)
+    out = []
+    for i, (c, spec) in enumerate(zip(comps, specs)):
+        arr = np.asarray(c)
+        want = spec.dtype.as_numpy_dtype
+        shape = spec.shape
+        problem = None
+        if shape.rank is not None and arr.ndim != shape.rank:
+            problem = f"rank {arr.ndim}"
+        elif shape.rank is not None and not shape.is_compatible_with(arr.shape):
+            problem = "shape"
+        elif arr.dtype != want and not np.can_cast(arr.dtype, want, casting="same_kind"):
+            problem = "dtype"
+        if problem:
+            raise InputSourceError(
+                f"{where}: input '{spec.name}' (component {i}) does not match inputs(): wrong {problem}. "
+                f"The data gives shape {arr.shape} dtype {arr.dtype}; inputs() declares "
+                f"{spec_to_str(spec)}. Fix the DataFlow (e.g. BatchData, a cast in MapData) or inputs().")
+        if arr.dtype != want:
+            arr = arr.astype(want)
+        out.append(arr)
+    return out
+
+
+class InputSource:
+    """Base class of input sources. Subclasses implement the underscore methods."""
+
+    requires_feed = False
+    _setup_done = False
+
+    def setup(self, input_signature: Sequence[tf.TensorSpec]) -> None:
+        """Create queues/iterators and check the data against the signature (eager)."""
+        if self._setup_done:
+            raise RuntimeError(f"{type(self).__name__}.setup() was already called; "
+                               "an InputSource serves one trainer.")
+        self.input_signature = list(input_signature)
+        self._setup(self.input_signature)
+        self._setup_done = True
+
+    def get_input_tensors(self) -> list:
+        """The tensors of one batch; called inside the traced step, once per replica."""
+        return self._get_input_tensors()
+
+    def get_callbacks(self) -> List[Callback]:
+        """Callbacks that start the source before training and stop it after."""
+        return []
+
+    def size(self) -> int:
+        """Batches in one pass of the data; NotImplementedError when unknown."""
+        raise NotImplementedError(f"{type(self).__name__} does not know its size")
+
+    def close(self) -> None:
+        """Stop threads and release resources. Safe to call more than once."""
+
+    def raise_pending_error(self) -> None:
+        """Re-raise an error from a producer thread, if any (called when a step fails)."""
+
+    def set_shapes(self, tensors) -> list:
+        """Give dequeued tensors the static shapes of the signature."""
+        for t, spec in zip(tensors, self.input_signature):
+            t.set_shape(spec.shape)
+        return list(tensors)
+
+    def _setup(self, input_signature):
+        pass
+
+    def _get_input_tensors(self):
+        raise NotImplementedError

@@ -1,0 +1,192 @@
+"""QueueInput: a background thread fills a TF queue from a DataFlow; steps dequeue in-graph."""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from typing import Optional
+
+import tensorflow as tf
+
+from ..callbacks.base import Callback
+from ..dataflow.base import is_dataflow
+from ..utils import logger
+from .base import InputSource, InputSourceError, check_datapoint
+
+__all__ = ["QueueInput", "DataFlowEndedError"]
+
+
+class DataFlowEndedError(InputSourceError):
+    """The DataFlow stopped producing datapoints while training still needed them."""
+
+
+class _StartStopCallback(Callback):
+    """Starts the source's thread before training, reports its queue, stops it after."""
+
+    _chief_only = False
+
+    def __init__(self, source):
+        self.source = source
+
+    def _before_train(self):
+        self.source.start()
+
+    def _trigger_epoch(self):
+        size = self.source.queue_size()
+        if size is not None and self.trainer is not None and getattr(self.trainer, "monitors", None):
+            self.trainer.monitors.put_scalar(f"{self.source.name}/queue_size", size)
+
+    def _after_train(self):
+        self.source.close()
+
+
+class QueueInput(InputSource):
+    """Feed a DataFlow into a ``tf.queue.FIFOQueue`` from a background thread.
+
+    The traced step dequeues its batch in-graph, so training never waits on Python
+    between steps while the queue holds data. Each replica dequeues its own batch
+    (tensorpack's per-tower rule). The DataFlow is restarted when it ends; every
+    datapoint is checked against ``inputs()`` (a mismatch stops training with a
+    message naming the input). If the DataFlow raises, or ends without producing
+    anything, the queue is closed and the trainer re-raises the error.
+
+    Example::
+
+        config = TrainConfig(model=MyModel(), data=QueueInput(df, capacity=50), ...)
+    """
+
+    def __init__(self, ds, capacity: int = 50, name: str = "QueueInput"):
+        if not is_dataflow(ds):
+            raise TypeError(f"QueueInput needs a DataFlow (reset_state() and __iter__); got {type(ds).__name__}")
+        self.ds = ds
+        self.capacity = int(capacity)
+        self.name = name
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._error_tb = ""
+        self._first = None
+        self._iter = None
+        self._closed = False
+        self.queue = None
+
+    # --- set-up ----------------------------------------------------------------------------
+    def _setup(self, specs):
+        self.ds.reset_state()
+        self._iter = iter(self.ds)
+        try:
+            first = next(self._iter)
+        except StopIteration:
+            raise DataFlowEndedError(
+                f"{self.name}: the DataFlow {type(self.ds).__name__} produced no datapoint. "
+                "Check that it is not empty.") from None
+        self._first = check_datapoint(first, specs, f"{self.name} (first datapoint of "
+                                                    f"{type(self.ds).__name__})")
+        self.queue = tf.queue.FIFOQueue(self.capacity, [s.dtype for s in specs],
+                                        name=self.name.replace("/", "_"))
+
+    def size(self) -> int:
+        return len(self.ds)
+
+    def get_callbacks(self):
+        return [_StartStopCallback(self)]
+
+    # --- the producer thread --------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._produce, name=f"{self.name}-EnqueueThread", daemon=True)
+        self._thread.start()
+
+    def _datapoints(self):
+        yield self._first
+        self._first = None
+        where = f"{self.name} ({type(self.ds).__name__})"
+        while not self._stop.is_set():
+            count = 0
+            for dp in self._iter:
+                count += 1
+                yield check_datapoint(dp, self.input_signature, where)
+                if self._stop.is_set():
+                    return
+            if count == 0 and not self._stop.is_set():
+                raise DataFlowEndedError(
+                    f"{where}: the DataFlow ended and produced nothing when restarted, so training "
+                    "cannot get more data. A DataFlow must be iterable again after it ends (a "
+                    "generator that is exhausted is not); wrap a one-shot source with CacheData "
+                    "or RepeatedData, or set steps_per_epoch*max_epoch within its length.")
+            self._iter = iter(self.ds)
+
+    def _produce(self):
+        try:
+            for arrs in self._datapoints():
+                self.queue.enqueue(arrs)
+        except (tf.errors.CancelledError, tf.errors.OutOfRangeError):
+            pass  # queue closed by close(): a normal stop
+        except BaseException as e:  # noqa: B902 - anything from the DataFlow is reported
+            if not self._stop.is_set():
+                self._error = e
+                self._error_tb = traceback.format_exc()
+                logger.error("%s: the producer thread failed: %s", self.name, e)
+        finally:
+            self._close_queue()
+
+    def _close_queue(self):
+        if self.queue is not None:
+            try:
+                self.queue.close(cancel_pending_enqueues=True)
+            except Exception:  # already closed
+                pass
+
+    # --- in the graph ----------------------------------------------------------------------
+    def _get_input_tensors(self):
+        tensors = self.queue.dequeue(name="input_deque")
+        if not isinstance(tensors, (list, tuple)):
+            tensors = [tensors]
+        return self.set_shapes(list(tensors))
+
+    def queue_size(self):
+        if self.queue is None or self._closed:
+            return None
+        try:
+            return int(self.queue.size().numpy())
+        except Exception:
+            return None
+
+    # --- stop and errors -------------------------------------------------------------------
+    def raise_pending_error(self) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._error is not None:
+            err = self._error
+            if isinstance(err, InputSourceError):
+                raise err
+            raise InputSourceError(
+                f"{self.name}: the DataFlow {type(self.ds).__name__} raised while producing data:\n"
+                f"{self._error_tb}") from err
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._close_queue()
+        if self._thread is not None:
+            deadline = time.time() + 10
+            # the thread may be blocked inside the DataFlow's next(); closing the
+            # DataFlow (e.g. stopping its workers) releases it
+            self._close_dataflow()
+            self._thread.join(timeout=max(0.1, deadline - time.time()))
+            if self._thread.is_alive():
+                logger.warning("%s: the producer thread did not stop within 10 s; it is a daemon "
+                               "thread and ends with the process.", self.name)
+        else:
+            self._close_dataflow()
+
+    def _close_dataflow(self):
+        close = getattr(self.ds, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception as e:
+                logger.warning("%s: closing the DataFlow failed: %s", self.name, e)

@@ -1,0 +1,13 @@
+"""TF-level pieces shared by layers, callbacks, trainers and predictors."""
+from .layer_store import LayerStore, get_default_layer_store, get_variable, reset_default_layer_store
+from .sessinit import (ChainInit, CheckpointInit, CheckpointLoadError, DictRestore, JustCurrentSession,
+                       NpzInit, SaverRestore, SessionInit, SmartInit, get_checkpoint_path)
+from .summary import add_moving_summary, add_param_summary, add_tensor_summary
+from .tower import TowerContext, get_current_tower_context
+from .tower_func import ModelVariables, TowerFunction
+
+__all__ = ["LayerStore", "get_default_layer_store", "get_variable", "reset_default_layer_store",
+           "SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore", "NpzInit",
+           "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError",
+           "add_moving_summary", "add_param_summary", "add_tensor_summary",
+           "TowerContext", "get_current_tower_context", "TowerFunction", "ModelVariables"]

@@ -1,0 +1,172 @@
+"""A tower function with its signature: build its variables, and find its tensors by name.
+
+``TowerFunction(fn, input_signature, layer_store)`` is what trainers and predictors
+share: ``build()`` creates every variable by tracing the function once (no
+compute, no side effects such as BatchNorm statistics updates), and
+``predict_function(input_names, output_names)`` traces it for inference and prunes
+the graph to the named tensors, as tensorpack's predictors did.
+
+Example::
+
+    tf_ = TowerFunction(model.build_graph, model.get_input_signature(), store)
+    tf_.build()
+    predict = tf_.predict_function(['input'], ['prob'])
+    prob, = predict(images)
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from .layer_store import LayerStore
+from .tower import TowerContext
+
+__all__ = ["TowerFunction", "ModelVariables"]
+
+
+class ModelVariables(tf.Module):
+    """The trackable root of a model's variables: the layer store and any Keras layers or
+    ``tf.Variable``s the user kept as attributes of the model object."""
+
+    def __init__(self, store: LayerStore, extra: dict):
+        super().__init__(name="model_variables")
+        self.store = store
+        self.extra = dict(extra)
+
+    def named_variables(self):
+        out = dict(self.store.named_variables())
+        for attr, obj in sorted(self.extra.items()):
+            if isinstance(obj, tf.Variable):
+                out[attr] = obj
+            else:
+                for v in getattr(obj, "weights", []):
+                    path = getattr(v, "path", None) or v.name
+                    out[f"{attr}/{path.split(':')[0]}"] = v
+        return out
+
+    @property
+    def all_variables(self):
+        # de-duplicate: a layer may be both in the store and an attribute
+        seen, out = set(), []
+        for v in self.named_variables().values():
+            if id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+        return out
+
+    @property
+    def trainable_list(self):
+        return [v for v in self.all_variables if v.trainable]
+
+    @property
+    def extra_losses(self):
+        losses = list(self.store.layer_losses)
+        for obj in self.extra.values():
+            losses.extend(getattr(obj, "losses", []) or [])
+        return losses
+
+
+def _placeholder_spec(spec: tf.TensorSpec, name: str) -> tf.TensorSpec:
+    return tf.TensorSpec(spec.shape, spec.dtype, name=name)
+
+
+class TowerFunction:
+    """A tower function ``fn(*inputs) -> cost`` with its input signature and layer store."""
+
+    def __init__(self, fn: Callable, input_signature: Sequence[tf.TensorSpec], layer_store: LayerStore):
+        self.fn = fn
+        self.input_signature = list(input_signature)
+        self.layer_store = layer_store
+        self.summary_names: List[str] = []
+        self.histogram_names: List[str] = []
+        self._built = False
+
+    def __call__(self, *inputs, name: str = "tower0", is_training: bool = True, index: int = 0,
+                 total: int = 1):
+        """Run the tower in a TowerContext; returns ``(cost, context)``."""
+        with TowerContext(name, is_training=is_training, index=index, total=total,
+                          layer_store=self.layer_store) as ctx:
+            cost = self.fn(*inputs)
+        return cost, ctx
+
+    def build(self, total: int = 1) -> None:
+        """Create all variables by tracing the training tower once (call in the strategy's scope)."""
+        if self._built:
+            return
+        found = {}
+
+        def trace(*inputs):
+            cost, ctx = self(*inputs, name="tower0", is_training=True, index=0, total=total)
+            found["cost"] = cost
+            found["summaries"] = list(ctx.moving_summaries)
+            found["histograms"] = list(ctx.tensor_summaries)
+            return cost
+
+        self.layer_store.allow_create = True
+        tf.function(trace, autograph=True).get_concrete_function(*self.input_signature)
+        self.layer_store.allow_create = False
+        cost = found["cost"]
+        if not isinstance(cost, (tf.Tensor, tf.Variable)) and not hasattr(cost, "dtype"):
+            raise TypeError(f"build_graph must return the cost tensor; it returned {type(cost).__name__}.")
+        if cost.shape.rank not in (0, None):
+            raise ValueError(f"build_graph must return a scalar cost; it returned shape {cost.shape}. "
+                             "Reduce it, e.g. with tf.reduce_mean.")
+        self.summary_names = found["summaries"]
+        self.histogram_names = found["histograms"]
+        self._built = True
+
+    def predict_function(self, input_names: Sequence[str], output_names: Sequence[str],
+                         is_training: bool = False) -> Callable:
+        """A callable: numpy arrays (in the order of ``input_names``) -> list of numpy arrays.
+
+        Outputs are tensors named in the tower (``tf.identity(x, name='prob')``) or inputs.
+        Inputs that the outputs do not need may be left out.
+        """
+        specs = {s.name: s for s in self.input_signature}
+        unknown = [n for n in input_names if n not in specs]
+        if unknown:
+            raise KeyError(f"Unknown input names {unknown}; inputs() declares {sorted(specs)}.")
+
+        def infer(*inputs):
+            self(*inputs, name="", is_training=is_training, index=0, total=1)
+
+        wrapped = tf.compat.v1.wrap_function(
+            infer, [_placeholder_spec(s, s.name) for s in self.input_signature])
+        graph = wrapped.graph
+
+        def find(name):
+            tname = name if ":" in name else name + ":0"
+            try:
+                return graph.get_tensor_by_name(tname)
+            except (KeyError, ValueError):
+                pass
+            candidates = sorted(op.name for op in graph.get_operations()
+                                if op.name.split("/")[-1] == name.split(":")[0] and op.outputs)
+            hint = f" Tensors with that last name component: {candidates[:5]}." if candidates else ""
+            raise KeyError(f"No tensor named '{name}' in the tower function. Name it in build_graph with "
+                           f"tf.identity(x, name='{name.split(':')[0]}').{hint}")
+
+        feeds = [find(n) for n in input_names]
+        fetches = [find(n) for n in output_names]
+        try:
+            pruned = wrapped.prune(feeds=feeds, fetches=fetches)
+        except ValueError as e:
+            raise ValueError(f"Outputs {list(output_names)} need inputs that are not among "
+                             f"{list(input_names)}: {e}") from e
+        feed_dtypes = [specs[n].dtype for n in input_names]
+
+        def predict(*arrays):
+            if len(arrays) == 1 and len(input_names) != 1 and isinstance(arrays[0], (list, tuple)):
+                arrays = arrays[0]
+            if len(arrays) != len(input_names):
+                raise ValueError(f"The predictor takes {len(input_names)} inputs {list(input_names)}; "
+                                 f"got {len(arrays)}.")
+            tensors = [tf.convert_to_tensor(np.asarray(a), dtype=d) for a, d in zip(arrays, feed_dtypes)]
+            outs = pruned(*tensors)
+            return [o.numpy() for o in outs]
+
+        predict.input_names = list(input_names)
+        predict.output_names = list(output_names)
+        return predict

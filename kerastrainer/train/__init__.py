@@ -1,0 +1,11 @@
+"""Training: model descriptions, configs, trainers and the launcher."""
+from .base import StopTraining, Trainer
+from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, TrainConfig
+from .interface import launch_train_with_config
+from .model_desc import ModelDesc, ModelDescBase
+from .trainers import (SimpleTrainer, SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer,
+                       SyncMultiGPUTrainerReplicated)
+
+__all__ = ["Trainer", "StopTraining", "TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS",
+           "DEFAULT_MONITORS", "launch_train_with_config", "ModelDesc", "ModelDescBase", "SimpleTrainer",
+           "SyncMultiGPUTrainer", "SyncMultiGPUTrainerReplicated", "SyncMultiGPUTrainerParameterServer"]

@@ -1,0 +1,135 @@
+"""TrainConfig and AutoResumeTrainConfig: everything a training run needs, in one object."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from ..callbacks.base import Callback
+from ..dataflow.base import is_dataflow
+from ..input_source.base import InputSource
+from ..tfutils.sessinit import SessionInit, SmartInit, read_checkpoint_counter
+from ..utils import logger
+
+__all__ = ["TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS", "DEFAULT_MONITORS"]
+
+
+def DEFAULT_CALLBACKS() -> List[Callback]:  # noqa: N802 (tensorpack's name)
+    """The callbacks every run gets unless ``extra_callbacks`` says otherwise."""
+    from ..callbacks import MovingAverageSummary, ProgressBar, TerminateOnNonFinite
+    return [MovingAverageSummary(), ProgressBar(), TerminateOnNonFinite()]
+
+
+def DEFAULT_MONITORS() -> List[Callback]:  # noqa: N802
+    """TensorBoard events, ``stats.json`` and the console table."""
+    from ..callbacks import JSONWriter, ScalarPrinter, TFEventWriter
+    return [TFEventWriter(), JSONWriter(), ScalarPrinter()]
+
+
+class TrainConfig:
+    """What to train, on what data, with which callbacks, for how long.
+
+    Args:
+        model: a :class:`ModelDesc`.
+        dataflow: a DataFlow (any object with ``reset_state`` and ``__iter__``); wrapped
+            into the trainer's default InputSource (QueueInput).
+        data: an :class:`InputSource` instead of ``dataflow``.
+        callbacks: callbacks of this run (``ModelSaver()``, ``InferenceRunner(...)``...).
+        extra_callbacks: defaults to :func:`DEFAULT_CALLBACKS` (moving-average
+            summaries, progress bar, NaN/Inf guard).
+        monitors: defaults to :func:`DEFAULT_MONITORS`.
+        session_init: a SessionInit or anything :func:`SmartInit` takes.
+        starting_epoch: the number of the first epoch (epochs count from 1).
+        steps_per_epoch: steps in one epoch; defaults to the data's size (per tower:
+            the DataFlow's length divided by the number of towers).
+        max_epoch: the number of the last epoch.
+
+    Example::
+
+        config = TrainConfig(model=Model(), dataflow=df,
+                             callbacks=[ModelSaver(), InferenceRunner(df_test, ScalarStats('cost'))],
+                             max_epoch=10)
+        launch_train_with_config(config, SimpleTrainer())
+    """
+
+    def __init__(self, dataflow=None, data: Optional[InputSource] = None, model=None,
+                 callbacks: Optional[Sequence[Callback]] = None,
+                 extra_callbacks: Optional[Sequence[Callback]] = None,
+                 monitors: Optional[Sequence[Callback]] = None, session_init=None,
+                 starting_epoch: int = 1, steps_per_epoch: Optional[int] = None, max_epoch: int = 99999):
+        if dataflow is not None and data is not None:
+            raise ValueError("TrainConfig takes either dataflow= or data=, not both.")
+        if dataflow is not None and not is_dataflow(dataflow):
+            raise TypeError(f"TrainConfig(dataflow=...) needs a DataFlow (reset_state() and __iter__); "
+                            f"got {type(dataflow).__name__}. Pass an InputSource as data= instead.")
+        if data is not None and not isinstance(data, InputSource):
+            raise TypeError(f"TrainConfig(data=...) needs an InputSource; got {type(data).__name__}.")
+        self.dataflow = dataflow
+        self.data = data
+        self.model = model
+        self.callbacks = list(callbacks or [])
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(f"TrainConfig(callbacks=...) contains {cb!r}, which is not a Callback.")
+        self.extra_callbacks = list(extra_callbacks) if extra_callbacks is not None else DEFAULT_CALLBACKS()
+        self.monitors = list(monitors) if monitors is not None else DEFAULT_MONITORS()
+        self.session_init = SmartInit(session_init)
+        self.starting_epoch = int(starting_epoch)
+        self.steps_per_epoch = steps_per_epoch
+        self.max_epoch = int(max_epoch)
+        if self.starting_epoch < 1:
+            raise ValueError(f"starting_epoch counts from 1; got {starting_epoch}")
+        if steps_per_epoch is not None and int(steps_per_epoch) < 1:
+            raise ValueError(f"steps_per_epoch must be positive; got {steps_per_epoch}")
+
+
+class AutoResumeTrainConfig(TrainConfig):
+    """A TrainConfig that resumes from the latest checkpoint in the log directory.
+
+    When the log directory (``logger.set_logger_dir(dir, 'k')``) holds a checkpoint,
+    training resumes from it: weights, optimizer state, global step, and the epoch
+    (``starting_epoch`` becomes the saved epoch + 1), so hyper-parameter schedules
+    pick up where they were. ``session_init`` and ``starting_epoch`` given by the user
+    apply only when there is nothing to resume.
+
+    Example::
+
+        logger.set_logger_dir('train_log/run1', action='k')
+        launch_train_with_config(AutoResumeTrainConfig(model=M(), dataflow=df, max_epoch=20),
+                                 SimpleTrainer())
+    """
+
+    def __init__(self, always_resume: bool = True, **kwargs):
+        del always_resume  # never prompts; kept for tensorpack's signature
+        super().__init__(**kwargs)
+        logdir = logger.get_logger_dir()
+        if logdir is None:
+            logger.warning("AutoResumeTrainConfig: no log directory is set, so there is nothing to resume.")
+            return
+        from ..tfutils.sessinit import CheckpointInit
+        try:
+            init = CheckpointInit(logdir)
+        except FileNotFoundError:
+            return
+        epoch = read_checkpoint_counter(init.path, "epoch")
+        logger.info("Found checkpoint %s (epoch %s): training resumes from it.", init.path, epoch)
+        self.session_init = init
+        if epoch is not None:
+            self.starting_epoch = epoch + 1
+        self.resumed_from = init.path
+
+
+def resolve_steps_per_epoch(config: TrainConfig, source: InputSource, num_towers: int) -> int:
+    if config.steps_per_epoch is not None:
+        return int(config.steps_per_epoch)
+    try:
+        size = source.size()
+    except (NotImplementedError, TypeError) as e:
+        raise ValueError(
+            "steps_per_epoch is unknown: the data does not know its length "
+            f"({e}). Give TrainConfig(steps_per_epoch=...).") from None
+    steps = size // num_towers
+    if steps < 1:
+        raise ValueError(f"The data has {size} batches, fewer than the {num_towers} towers: give "
+                         "TrainConfig(steps_per_epoch=...).")
+    return steps
+
+

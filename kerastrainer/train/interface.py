@@ -1,0 +1,46 @@
+"""launch_train_with_config: check a TrainConfig, give it an input, and train."""
+from __future__ import annotations
+
+from ..input_source.base import InputSource
+from ..input_source.queue import QueueInput
+from ..utils import logger
+from .base import Trainer
+from .config import TrainConfig, resolve_steps_per_epoch
+from .model_desc import ModelDescBase
+
+__all__ = ["launch_train_with_config", "apply_default_input"]
+
+
+def apply_default_input(config: TrainConfig) -> InputSource:
+    """The InputSource of a config: ``data`` as given, or QueueInput over ``dataflow``."""
+    if config.data is not None:
+        return config.data
+    if config.dataflow is None:
+        raise ValueError("TrainConfig has no data: give dataflow= (a DataFlow) or data= (an InputSource).")
+    return QueueInput(config.dataflow)
+
+
+def launch_train_with_config(config: TrainConfig, trainer: Trainer) -> Trainer:
+    """Train ``config.model`` with ``trainer``. Returns the trainer (its weights are trained).
+
+    Example::
+
+        launch_train_with_config(TrainConfig(model=M(), dataflow=df, max_epoch=5), SimpleTrainer())
+    """
+    if not isinstance(trainer, Trainer):
+        raise TypeError(f"launch_train_with_config needs a Trainer instance; got {type(trainer).__name__}. "
+                        "Did you pass the class instead of SimpleTrainer()?")
+    if config.model is None:
+        raise ValueError("TrainConfig has no model: give model=YourModelDesc().")
+    if not isinstance(config.model, ModelDescBase):
+        raise TypeError(f"TrainConfig(model=...) must be a ModelDesc; got {type(config.model).__name__}. "
+                        "For a Keras model use kerastrainer.KerasModel.")
+    source = apply_default_input(config)
+    if logger.get_logger_dir() is None:
+        logger.warning("No log directory is set (logger.set_logger_dir): checkpoints and stats files "
+                       "will not be written.")
+    trainer.setup_graph(config.model, source)
+    steps = resolve_steps_per_epoch(config, source, trainer.num_replicas)
+    trainer.train(config.callbacks + config.extra_callbacks, config.monitors, config.session_init,
+                  steps, config.starting_epoch, config.max_epoch)
+    return trainer

@@ -1,0 +1,119 @@
+"""ModelDesc: the tower-function way to describe a model, as in tensorpack."""
+from __future__ import annotations
+
+from typing import List
+
+import tensorflow as tf
+
+from ..tfutils.layer_store import LayerStore
+from ..tfutils.tower_func import ModelVariables, TowerFunction
+
+__all__ = ["ModelDesc", "ModelDescBase"]
+
+
+def _is_trackable_weight_holder(obj) -> bool:
+    return isinstance(obj, tf.Variable) or (hasattr(obj, "weights") and hasattr(obj, "built"))
+
+
+class ModelDescBase:
+    """A model described by its inputs and a tower function.
+
+    Subclasses implement:
+
+    - ``inputs()``: a list of ``tf.TensorSpec`` with names, the batch dimension first
+      (``None`` for any batch size);
+    - ``build_graph(*inputs)``: the tower function, returning the scalar cost.
+      Name the tensors you want to fetch later: ``tf.identity(x, name='prob')``.
+    """
+
+    def inputs(self) -> List[tf.TensorSpec]:
+        raise NotImplementedError("ModelDesc.inputs() must return a list of tf.TensorSpec")
+
+    def build_graph(self, *args):
+        raise NotImplementedError("ModelDesc.build_graph(*inputs) must return the cost")
+
+    def get_input_signature(self) -> List[tf.TensorSpec]:
+        """``inputs()``, checked: every spec is a named ``tf.TensorSpec`` and names are unique."""
+        if getattr(self, "_input_signature_cache", None) is None:
+            specs = list(self.inputs())
+            if not specs:
+                raise ValueError(f"{type(self).__name__}.inputs() returned no TensorSpec")
+            names = []
+            for i, s in enumerate(specs):
+                if not isinstance(s, tf.TensorSpec):
+                    raise TypeError(f"{type(self).__name__}.inputs()[{i}] is a {type(s).__name__}; "
+                                    "return tf.TensorSpec(shape, dtype, name).")
+                if not s.name:
+                    raise ValueError(f"{type(self).__name__}.inputs()[{i}] has no name; give every "
+                                     "TensorSpec a name (it is how predictors find inputs).")
+                names.append(s.name)
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"{type(self).__name__}.inputs() has duplicate names {dup}")
+            self._input_signature_cache = specs
+        return self._input_signature_cache
+
+    @property
+    def input_names(self) -> List[str]:
+        return [s.name for s in self.get_input_signature()]
+
+    # --- variables -----------------------------------------------------------------------
+    @property
+    def layer_store(self) -> LayerStore:
+        """Where this model's functional layers live (created on first use)."""
+        store = self.__dict__.get("_layer_store")
+        if store is None:
+            store = LayerStore(name=type(self).__name__)
+            self.__dict__["_layer_store"] = store
+        return store
+
+    def get_tower_function(self) -> TowerFunction:
+        tf_ = self.__dict__.get("_tower_function")
+        if tf_ is None:
+            tf_ = TowerFunction(self.build_graph, self.get_input_signature(), self.layer_store)
+            self.__dict__["_tower_function"] = tf_
+        return tf_
+
+    def get_model_variables(self) -> ModelVariables:
+        """The trackable root saved as ``model`` in checkpoints."""
+        mv = self.__dict__.get("_model_variables")
+        if mv is None:
+            extra = {k: v for k, v in vars(self).items()
+                     if not k.startswith("_") and _is_trackable_weight_holder(v)}
+            mv = ModelVariables(self.layer_store, extra)
+            self.__dict__["_model_variables"] = mv
+        return mv
+
+
+class ModelDesc(ModelDescBase):
+    """A :class:`ModelDescBase` that also says how to optimize it.
+
+    Example::
+
+        class Model(ModelDesc):
+            def inputs(self):
+                return [tf.TensorSpec((None, 28, 28, 1), tf.float32, 'input'),
+                        tf.TensorSpec((None,), tf.int32, 'label')]
+
+            def build_graph(self, image, label):
+                logits = FullyConnected('fc', image, 10)
+                tf.nn.softmax(logits, name='prob')
+                cost = tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
+                    name='cross_entropy_loss')
+                return cost
+
+            def optimizer(self):
+                return keras.optimizers.Adam(1e-3)
+    """
+
+    def optimizer(self):
+        raise NotImplementedError("ModelDesc.optimizer() must return a Keras optimizer")
+
+    def get_optimizer(self):
+        """``optimizer()``, called once and cached."""
+        opt = self.__dict__.get("_optimizer")
+        if opt is None:
+            opt = self.optimizer()
+            self.__dict__["_optimizer"] = opt
+        return opt

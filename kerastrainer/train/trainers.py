@@ -1,0 +1,118 @@
+"""The single-machine trainers: one device, or several towers with synchronous updates."""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import tensorflow as tf
+
+from ..utils import logger
+from ..utils.devices import get_available_gpus, training_devices
+from .base import Trainer
+
+__all__ = ["SimpleTrainer", "SyncMultiGPUTrainerReplicated", "SyncMultiGPUTrainerParameterServer",
+           "SyncMultiGPUTrainer"]
+
+
+class SimpleTrainer(Trainer):
+    """Train on one device (TensorFlow's default placement: the first GPU, else the CPU).
+
+    Example::
+
+        launch_train_with_config(config, SimpleTrainer())
+        launch_train_with_config(config, SimpleTrainer(precision='bf16', jit_compile=True))
+    """
+
+
+def _tower_ids(gpus: Union[int, Sequence[int]]) -> list:
+    if isinstance(gpus, int):
+        if gpus < 1:
+            raise ValueError(f"The number of towers must be positive; got {gpus}")
+        return list(range(gpus))
+    ids = [int(g) for g in gpus]
+    if not ids:
+        raise ValueError("The list of tower device ids is empty")
+    return ids
+
+
+class _MirroredTrainer(Trainer):
+    """Towers on several local devices under ``tf.distribute.MirroredStrategy``.
+
+    The DataFlow batch is per tower: N towers take N batches per step, and the
+    gradients are averaged (``average=True``) or summed.
+    """
+
+    def __init__(self, gpus: Union[int, Sequence[int]], **kwargs):
+        super().__init__(**kwargs)
+        self.tower_ids = _tower_ids(gpus)
+        self.devices = training_devices(self.tower_ids)
+
+    def _cross_device_ops(self) -> Optional[tf.distribute.CrossDeviceOps]:
+        raise NotImplementedError
+
+    def _make_strategy(self):
+        ops = self._cross_device_ops()
+        logger.info("%s: %d towers on %s with %s", type(self).__name__, len(self.devices), self.devices,
+                    type(ops).__name__)
+        return tf.distribute.MirroredStrategy(devices=self.devices, cross_device_ops=ops)
+
+
+class SyncMultiGPUTrainerReplicated(_MirroredTrainer):
+    """Replicated variables, gradients all-reduced across towers (tensorpack's default).
+
+    Args:
+        gpus: a number of towers or a list of device ids.
+        average: average the gradients (True) or sum them.
+        mode: ``'nccl'`` (GPUs), ``'hierarchical'`` (hierarchical copy, for 8-GPU boxes)
+            or ``'cpu'`` (reduce on the host); None picks NCCL on GPUs and the host
+            reduction on CPU devices.
+
+    Example::
+
+        launch_train_with_config(config, SyncMultiGPUTrainerReplicated(2))
+    """
+
+    def __init__(self, gpus, average: bool = True, mode: Optional[str] = None, **kwargs):
+        super().__init__(gpus, average=average, **kwargs)
+        if mode not in (None, "nccl", "hierarchical", "cpu"):
+            raise ValueError(f"mode must be None, 'nccl', 'hierarchical' or 'cpu'; got {mode!r}")
+        self.mode = mode
+
+    def _cross_device_ops(self):
+        on_gpu = bool(get_available_gpus())
+        mode = self.mode or ("nccl" if on_gpu else "cpu")
+        if mode in ("nccl", "hierarchical") and not on_gpu:
+            logger.warning("all-reduce mode %r needs GPUs; reducing on the host instead.", mode)
+            mode = "cpu"
+        if mode == "nccl":
+            return tf.distribute.NcclAllReduce()
+        if mode == "hierarchical":
+            return tf.distribute.HierarchicalCopyAllReduce()
+        return tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0")
+
+
+class SyncMultiGPUTrainerParameterServer(_MirroredTrainer):
+    """Gradients reduced on one device (the parameter server) and broadcast back.
+
+    Args:
+        gpus: a number of towers or a list of device ids.
+        ps_device: ``'cpu'`` or ``'gpu'`` (the first tower's device).
+
+    Example::
+
+        launch_train_with_config(config, SyncMultiGPUTrainerParameterServer(2, ps_device='cpu'))
+    """
+
+    def __init__(self, gpus, ps_device: str = "cpu", average: bool = True, **kwargs):
+        super().__init__(gpus, average=average, **kwargs)
+        if ps_device not in ("cpu", "gpu"):
+            raise ValueError(f"ps_device must be 'cpu' or 'gpu'; got {ps_device!r}")
+        self.ps_device = ps_device
+
+    def _cross_device_ops(self):
+        target = "/cpu:0" if self.ps_device == "cpu" else self.devices[0]
+        return tf.distribute.ReductionToOneDevice(reduce_to_device=target)
+
+
+def SyncMultiGPUTrainer(gpus, average: bool = True, **kwargs):  # noqa: N802 (tensorpack's name)
+    """tensorpack's shortcut: the replicated trainer."""
+    return SyncMultiGPUTrainerReplicated(gpus, average=average, **kwargs)
