@@ -20,6 +20,7 @@ import numpy as np
 
 from ..utils.rng import get_rng
 from .base import DataFlow, RNGDataFlow
+from .common import _UnknownSize
 
 __all__ = ["DataFromList", "DataFromGenerator", "DataFromIterable", "FakeData"]
 
@@ -89,7 +90,7 @@ class DataFromGenerator(DataFlow):
 
     def __len__(self) -> int:
         if self._size is None:
-            raise NotImplementedError("DataFromGenerator was built without size=, so its length is unknown")
+            raise _UnknownSize("DataFromGenerator was built without size=, so its length is unknown")
         return self._size
 
     def __iter__(self) -> Iterator[Any]:
@@ -132,7 +133,7 @@ class DataFromIterable(DataFlow):
 
     def __len__(self) -> int:
         if self._len is None:
-            raise NotImplementedError(f"{type(self._itr).__name__} has no length")
+            raise _UnknownSize(f"{type(self._itr).__name__} has no length")
         return self._len
 
     def __iter__(self) -> Iterator[Any]:
