@@ -83,10 +83,13 @@ def error_frames(owner: str, idx: int) -> List[bytes]:
 
 
 def raise_if_error_frames(frames) -> None:
-    """Raise :class:`DataFlowWorkerError` if ``frames`` is a worker's error message."""
-    if len(frames) == 2 and bytes(getattr(frames[0], "buffer", frames[0])) == ERROR_MARKER:
+    """Raise :class:`DataFlowWorkerError` if ``frames`` is a worker's error message.
+
+    The message is ``[ERROR_MARKER, info]``, after a ROUTER socket's identity frame if any.
+    """
+    if 2 <= len(frames) <= 3 and bytes(getattr(frames[-2], "buffer", frames[-2])) == ERROR_MARKER:
         try:
-            info = msgpack.unpackb(bytes(getattr(frames[1], "buffer", frames[1])), raw=False)
+            info = msgpack.unpackb(bytes(getattr(frames[-1], "buffer", frames[-1])), raw=False)
             msg = _format_failure(info["owner"], info["worker"], info["pid"], info["traceback"])
         except Exception:  # a broken error message is still an error
             msg = "a worker sent an unreadable error message"
