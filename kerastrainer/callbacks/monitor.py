@@ -1,0 +1,473 @@
+"""Monitors: where training statistics go.
+
+Callbacks report statistics through ``trainer.monitors`` (a :class:`Monitors`
+group): ``put_scalar``, ``put_histogram``, ``put_image``, ``put_event``. The group
+remembers every scalar (``get_latest``, ``get_history``) and hands each item to its
+members, the :class:`TrainingMonitor` s:
+
+- :class:`ScalarPrinter`: a console table of the epoch's scalars,
+- :class:`JSONWriter`: ``stats.json`` in the log directory, one entry per epoch,
+- :class:`TFEventWriter`: TensorBoard event files in the log directory.
+
+Monitors that write files skip their work when no log directory is set
+(``logger.set_logger_dir``), with one warning.
+
+Example::
+
+    monitors = Monitors([TFEventWriter(), JSONWriter(), ScalarPrinter()])
+    trainer.monitors = monitors      # the trainer registers the group, last
+    ...
+    trainer.monitors.put_scalar('validation_error', 0.03)
+    trainer.monitors.get_latest('validation_error')        # 0.03
+    trainer.monitors.get_history('validation_error')       # [(global_step, 0.03)]
+"""
+from __future__ import annotations
+
+import json
+import numbers
+import os
+import re
+from collections import defaultdict
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..utils import logger
+from .base import Callback
+from .fileio import atomic_write_text
+
+__all__ = ["TrainingMonitor", "Monitors", "ScalarPrinter", "JSONWriter", "TFEventWriter"]
+
+
+class TrainingMonitor(Callback):
+    """Base class of monitors: receives the statistics put into :class:`Monitors`.
+
+    Override any of ``process_scalar(name, val)``, ``process_histogram(name, values)``,
+    ``process_image(name, img)``, ``process_event(event)``, plus the usual callback
+    hooks. A monitor belongs to one :class:`Monitors` group, which runs its hooks;
+    do not also register it with the trainer.
+
+    Example::
+
+        class PrintCost(TrainingMonitor):
+            def process_scalar(self, name, val):
+                if name == 'cost':
+                    print(self.global_step, val)
+    """
+
+    def process_scalar(self, name: str, val: float) -> None:
+        pass
+
+    def process_histogram(self, name: str, values: np.ndarray) -> None:
+        pass
+
+    def process_image(self, name: str, img: np.ndarray) -> None:
+        """``img`` is a uint8 or float array of shape NHWC."""
+
+    def process_event(self, event: Any) -> None:
+        pass
+
+    def _resolve_dir(self, given: Optional[str] = None) -> Optional[str]:
+        """The directory to write to (``given`` or the log directory), or None with a warning."""
+        d = given or logger.get_logger_dir()
+        if d is None:
+            logger.warn("%s: no log directory is set (logger.set_logger_dir); it will write nothing.",
+                        self)
+        return d
+
+
+def _to_float(name: str, val) -> float:
+    """A Python float from a number, numpy scalar, 0-d/1-element array or TF scalar tensor."""
+    if isinstance(val, numbers.Real) and not isinstance(val, bool):
+        return float(val)
+    try:
+        arr = np.asarray(val)
+    except Exception as e:  # e.g. a symbolic tensor
+        raise TypeError(f"put_scalar({name!r}): cannot read {type(val).__name__} as a number; "
+                        "pass a Python/numpy number or an eager tensor.") from e
+    if arr.size != 1 or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        raise ValueError(f"put_scalar({name!r}): expected a scalar number, got {type(val).__name__} "
+                         f"of shape {arr.shape} and dtype {arr.dtype}.")
+    return float(arr.reshape(()))
+
+
+def _check_name(name) -> str:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"A statistic's name must be a non-empty string, got {name!r}.")
+    return name
+
+
+def _as_nhwc(name: str, img) -> np.ndarray:
+    arr = np.asarray(img)
+    if arr.ndim == 2:
+        arr = arr[None, :, :, None]
+    elif arr.ndim == 3:
+        arr = arr[None]
+    if arr.ndim != 4 or arr.shape[-1] not in (1, 3, 4):
+        raise ValueError(f"put_image({name!r}): expected an image of shape HW, HWC or NHWC with 1, 3 "
+                         f"or 4 channels, got shape {np.asarray(img).shape}.")
+    return arr
+
+
+class Monitors(Callback):
+    """The group of monitors that statistics are put into; ``trainer.monitors``.
+
+    It is a callback: register it with the trainer (after the other callbacks, so
+    that statistics put at epoch end reach the epoch's outputs), and it runs the hooks
+    of its members. On a non-chief worker, members with ``chief_only`` are left out;
+    the group itself runs everywhere, so ``put_scalar`` and ``get_history`` always work.
+
+    Args:
+        monitors: the :class:`TrainingMonitor` s (None entries are ignored).
+    """
+
+    _chief_only = False
+
+    def __init__(self, monitors: Iterable[Optional[TrainingMonitor]]):
+        mons = [m for m in monitors if m is not None]
+        for m in mons:
+            if not isinstance(m, TrainingMonitor):
+                raise TypeError(f"Monitors: {m!r} (type {type(m).__name__}) is not a TrainingMonitor.")
+        self._all_monitors: List[TrainingMonitor] = mons
+        self._monitors: List[TrainingMonitor] = list(mons)
+        self._latest: Dict[str, float] = {}
+        self._history: Dict[str, List[Tuple[int, float]]] = defaultdict(list)
+        self._history_epochs: Dict[str, List[int]] = defaultdict(list)
+
+    @property
+    def monitors(self) -> List[TrainingMonitor]:
+        """The members that run in this process."""
+        return list(self._monitors)
+
+    def _step_and_epoch(self) -> Tuple[int, int]:
+        tr = self.trainer
+        if tr is None:
+            return 0, 0
+        return int(getattr(tr, "global_step", 0)), int(getattr(tr, "epoch_num", 0))
+
+    # --- the callback hooks, forwarded to the members ---------------------------------------
+    def _setup_graph(self):
+        is_chief = getattr(self.trainer, "is_chief", True)
+        self._monitors = [m for m in self._all_monitors if is_chief or not m.chief_only]
+        for m in self._monitors:
+            m.setup_graph(self.trainer)
+
+    def _before_train(self):
+        for m in self._monitors:
+            m.before_train()
+
+    def _before_epoch(self):
+        for m in self._monitors:
+            m.before_epoch()
+
+    def _trigger_step(self):
+        for m in self._monitors:
+            m.trigger_step()
+
+    def _after_epoch(self):
+        for m in self._monitors:
+            m.after_epoch()
+
+    def _trigger_epoch(self):
+        for m in self._monitors:
+            m.trigger_epoch()
+
+    def _trigger(self):
+        for m in self._monitors:
+            m.trigger()
+
+    def _after_train(self):
+        for m in self._monitors:
+            m.after_train()
+
+    # --- putting statistics --------------------------------------------------------------------
+    def put_scalar(self, name: str, val) -> None:
+        """Record a scalar (Python, numpy or eager TF number) at the current global step."""
+        name = _check_name(name)
+        val = _to_float(name, val)
+        step, epoch = self._step_and_epoch()
+        self._latest[name] = val
+        self._history[name].append((step, val))
+        self._history_epochs[name].append(epoch)
+        for m in self._monitors:
+            m.process_scalar(name, val)
+
+    def put_histogram(self, name: str, values) -> None:
+        """Record the distribution of ``values`` (any shape; TensorBoard shows a histogram)."""
+        name = _check_name(name)
+        arr = np.asarray(values)
+        if arr.size == 0 or not np.issubdtype(arr.dtype, np.number):
+            raise ValueError(f"put_histogram({name!r}): expected a non-empty numeric array, got "
+                             f"shape {arr.shape} dtype {arr.dtype}.")
+        for m in self._monitors:
+            m.process_histogram(name, arr)
+
+    def put_image(self, name: str, img) -> None:
+        """Record an image: HW, HWC or NHWC, uint8 in [0, 255] or float in [0, 1]."""
+        name = _check_name(name)
+        arr = _as_nhwc(name, img)
+        for m in self._monitors:
+            m.process_image(name, arr)
+
+    def put_event(self, event) -> None:
+        """Hand a ``tf.compat.v1.Event`` (or ``Summary``) protobuf to the monitors."""
+        for m in self._monitors:
+            m.process_event(event)
+
+    # --- reading them back ---------------------------------------------------------------------
+    def get_latest(self, name: str) -> float:
+        """The last value put for the scalar ``name``."""
+        try:
+            return self._latest[name]
+        except KeyError:
+            avail = ", ".join(sorted(self._latest)) or "none yet"
+            raise KeyError(f"No statistic named {name!r} has been put into the monitors. "
+                           f"Available: {avail}.") from None
+
+    def get_history(self, name: str, per_epoch: bool = False) -> List[Tuple[int, float]]:
+        """Every value put for ``name`` as ``(global_step, value)``, oldest first.
+
+        With ``per_epoch=True``, only the last value put in each epoch.
+        """
+        self.get_latest(name)  # the clear KeyError
+        hist = self._history[name]
+        if not per_epoch:
+            return list(hist)
+        epochs = self._history_epochs[name]
+        return [h for i, h in enumerate(hist) if i + 1 == len(hist) or epochs[i + 1] != epochs[i]]
+
+    def scalar_names(self) -> List[str]:
+        """Names of all scalars put so far."""
+        return sorted(self._latest)
+
+
+def _compile(patterns: Optional[Sequence[str]]):
+    if patterns is None:
+        return None
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    return [re.compile(p) for p in patterns]
+
+
+class ScalarPrinter(TrainingMonitor):
+    """Print the scalars as a table on the console (and log file).
+
+    Args:
+        enable_step: print the scalars put since the last print after each train call.
+        enable_epoch: print them at the end of each epoch.
+        whitelist: regular expressions; print only the names that fully match one.
+        blacklist: regular expressions; never print names that fully match one.
+
+    Example::
+
+        ScalarPrinter(blacklist=[r'throughput/.*'])
+    """
+
+    _chief_only = True
+
+    def __init__(self, enable_step: bool = False, enable_epoch: bool = True,
+                 whitelist: Optional[Sequence[str]] = None, blacklist: Optional[Sequence[str]] = None):
+        self._enable_step = bool(enable_step)
+        self._enable_epoch = bool(enable_epoch)
+        self._whitelist = _compile(whitelist)
+        self._blacklist = _compile(blacklist) or []
+        self._stats: Dict[str, float] = {}
+
+    def _wanted(self, name: str) -> bool:
+        if self._whitelist is not None and not any(p.fullmatch(name) for p in self._whitelist):
+            return False
+        return not any(p.fullmatch(name) for p in self._blacklist)
+
+    def process_scalar(self, name, val):
+        if self._wanted(name):
+            self._stats[name] = val
+
+    def _print(self) -> None:
+        if not self._stats:
+            return
+        from tabulate import tabulate
+        rows = [(k, f"{v:.5g}") for k, v in sorted(self._stats.items())]
+        table = tabulate(rows, headers=["statistic", "value"], tablefmt="simple", disable_numparse=True)
+        logger.info("Epoch %d, global step %d:\n%s", self.epoch_num, self.global_step, table)
+        self._stats = {}
+
+    def _trigger_step(self):
+        # the epoch's last call is printed by trigger_epoch
+        if self._enable_step and self.local_step < self.trainer.steps_per_epoch:
+            self._print()
+
+    def _trigger_epoch(self):
+        if self._enable_epoch:
+            self._print()
+        self._stats = {}
+
+
+class JSONWriter(TrainingMonitor):
+    """Write ``stats.json`` in the log directory: a list with one dict per epoch.
+
+    Each entry has ``epoch_num``, ``global_step`` and the last value of every scalar
+    put during that epoch. The file is replaced atomically at each epoch end. When a
+    run resumes in the same directory, the existing entries are kept, except those
+    past the trainer's current global step.
+
+    Example::
+
+        stats = JSONWriter.load_existing_json('train_log/mnist')
+        print(stats[-1]['validation_error'])
+    """
+
+    FILENAME = "stats.json"
+    _chief_only = True
+
+    def __init__(self):
+        self._dir: Optional[str] = None
+        self._stats: List[Dict[str, Any]] = []
+        self._stat_now: Dict[str, float] = {}
+
+    @staticmethod
+    def load_existing_json(dir: Optional[str] = None) -> Optional[List[Dict[str, Any]]]:
+        """The entries of ``<dir>/stats.json`` (the log directory by default), or None if absent.
+
+        Raises ValueError naming the file if it is not a JSON list.
+        """
+        dir = dir or logger.get_logger_dir()
+        if dir is None:
+            return None
+        fname = os.path.join(dir, JSONWriter.FILENAME)
+        if not os.path.isfile(fname):
+            return None
+        with open(fname, encoding="utf-8") as f:
+            try:
+                stats = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{fname} is not valid JSON ({e}); move it away to start afresh.") from e
+        if not isinstance(stats, list):
+            raise ValueError(f"{fname} should hold a JSON list of per-epoch dicts, got {type(stats).__name__}.")
+        return stats
+
+    @staticmethod
+    def load_existing_epoch_number(dir: Optional[str] = None) -> Optional[int]:
+        """The ``epoch_num`` of the last entry of ``<dir>/stats.json``, or None."""
+        stats = JSONWriter.load_existing_json(dir)
+        if not stats:
+            return None
+        try:
+            return int(stats[-1]["epoch_num"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def _setup_graph(self):
+        self._dir = self._resolve_dir()
+
+    def _before_train(self):
+        if self._dir is None:
+            return
+        try:
+            stats = self.load_existing_json(self._dir)
+        except ValueError as e:
+            logger.warn("JSONWriter: %s Starting a new stats.json.", e)
+            stats = None
+        if not stats:
+            return
+        gs = self.global_step
+        kept = [s for s in stats if isinstance(s, dict) and int(s.get("global_step", 0)) <= gs]
+        if len(kept) != len(stats):
+            logger.info("JSONWriter: dropped %d entries of stats.json past global step %d.",
+                        len(stats) - len(kept), gs)
+        logger.info("JSONWriter: found %d earlier entries in stats.json; appending.", len(kept))
+        self._stats = kept
+
+    def process_scalar(self, name, val):
+        self._stat_now[name] = val
+
+    def _trigger_epoch(self):
+        if self._dir is None:
+            self._stat_now = {}
+            return
+        entry = {"epoch_num": self.epoch_num, "global_step": self.global_step}
+        entry.update(self._stat_now)
+        self._stat_now = {}
+        self._stats.append(entry)
+        atomic_write_text(os.path.join(self._dir, self.FILENAME), json.dumps(self._stats))
+
+    @property
+    def stats(self) -> List[Dict[str, Any]]:
+        """The entries written so far (including those loaded at resume)."""
+        return list(self._stats)
+
+
+class TFEventWriter(TrainingMonitor):
+    """Write TensorBoard event files: scalars, histograms, images and raw summaries.
+
+    Args:
+        logdir: where to write; the log directory by default.
+        max_queue: events buffered before a write.
+        flush_secs: the longest time between flushes; also flushed at each epoch end.
+
+    Example::
+
+        monitors = [TFEventWriter(), JSONWriter(), ScalarPrinter()]
+    """
+
+    _chief_only = True
+
+    def __init__(self, logdir: Optional[str] = None, max_queue: int = 10, flush_secs: float = 120):
+        if max_queue < 1:
+            raise ValueError(f"TFEventWriter: max_queue must be >= 1, got {max_queue}.")
+        if flush_secs <= 0:
+            raise ValueError(f"TFEventWriter: flush_secs must be > 0, got {flush_secs}.")
+        self._logdir_arg = logdir
+        self._max_queue = int(max_queue)
+        self._flush_millis = int(flush_secs * 1000)
+        self._writer = None
+        self.logdir: Optional[str] = None
+
+    def _setup_graph(self):
+        import tensorflow as tf
+        self.logdir = self._resolve_dir(self._logdir_arg)
+        if self.logdir is not None:
+            self._writer = tf.summary.create_file_writer(
+                self.logdir, max_queue=self._max_queue, flush_millis=self._flush_millis)
+
+    def process_scalar(self, name, val):
+        if self._writer is None:
+            return
+        import tensorflow as tf
+        with self._writer.as_default():
+            tf.summary.scalar(name, val, step=self.global_step)
+
+    def process_histogram(self, name, values):
+        if self._writer is None:
+            return
+        import tensorflow as tf
+        with self._writer.as_default():
+            tf.summary.histogram(name, values, step=self.global_step)
+
+    def process_image(self, name, img):
+        if self._writer is None:
+            return
+        import tensorflow as tf
+        with self._writer.as_default():
+            tf.summary.image(name, img, step=self.global_step, max_outputs=min(len(img), 8))
+
+    def process_event(self, event):
+        if self._writer is None:
+            return
+        import tensorflow as tf
+        summary = getattr(event, "summary", None)
+        if summary is None and hasattr(event, "value"):  # a Summary proto itself
+            summary = event
+        if summary is None or not summary.value:
+            return
+        step = int(getattr(event, "step", 0) or self.global_step)
+        with self._writer.as_default():
+            tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=step)
+
+    def _trigger_epoch(self):
+        if self._writer is not None:
+            self._writer.flush()
+
+    def _after_train(self):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,189 @@
+"""Progress and speed: a progress bar, the estimated time left, the throughput.
+
+Example::
+
+    callbacks = [ProgressBar(['cost', 'accuracy']), EstimatedTimeLeft(),
+                 ThroughputTracker(samples_per_step=256)]
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from typing import Optional, Sequence
+
+from ..utils import logger
+from .base import Callback
+
+__all__ = ["ProgressBar", "EstimatedTimeLeft", "ThroughputTracker", "humanize_seconds"]
+
+
+def humanize_seconds(sec: float) -> str:
+    """A short readable duration: '45 seconds', '3 minutes 5 seconds', '2 hours 1 minute'."""
+    sec = max(float(sec), 0.0)
+    if sec < 60:
+        return f"{sec:.3g} second" + ("" if round(sec, 2) == 1 else "s")
+    units = [("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)]
+    parts = []
+    rest = int(round(sec))
+    for name, size in units:
+        n, rest = divmod(rest, size)
+        if n:
+            parts.append(f"{n} {name}" + ("s" if n > 1 else ""))
+        if len(parts) == 2:
+            break
+    return " ".join(parts)
+
+
+class ProgressBar(Callback):
+    """A tqdm progress bar over each epoch's steps, advanced by the steps of each call.
+
+    The bar's postfix shows the named entries of ``trainer.last_step_outputs`` (the
+    last call's averages). On a stream that is not a terminal it refreshes at most
+    once a minute, so logs stay short. Chief only.
+
+    Args:
+        names: the outputs to show; missing ones are skipped with a warning.
+
+    Example::
+
+        ProgressBar(['cost', 'accuracy'])
+    """
+
+    _chief_only = True
+
+    def __init__(self, names: Sequence[str] = ("cost",)):
+        if isinstance(names, str):
+            names = [names]
+        self._names = list(names)
+        self._bar = None
+        self._missing_warned = set()
+
+    def _before_epoch(self):
+        from tqdm import tqdm
+        self._close()
+        total = int(self.trainer.steps_per_epoch)
+        stream = sys.stderr
+        isatty = hasattr(stream, "isatty") and stream.isatty()
+        self._bar = tqdm(total=total, initial=min(int(self.local_step), total), file=stream,
+                         dynamic_ncols=True, leave=True, smoothing=0.5, ascii=True,
+                         mininterval=0.5 if isatty else 60.0,
+                         desc=f"Epoch {self.epoch_num}")
+
+    def _trigger_step(self):
+        bar = self._bar
+        if bar is None:
+            return
+        outputs = getattr(self.trainer, "last_step_outputs", None) or {}
+        post = {}
+        for n in self._names:
+            if n in outputs:
+                post[n] = f"{float(outputs[n]):.4g}"
+            elif n not in self._missing_warned:
+                self._missing_warned.add(n)
+                logger.warn("ProgressBar: '%s' is not among the train call's outputs (%s).",
+                            n, ", ".join(sorted(k for k in outputs if not k.startswith("_"))))
+        if post:
+            bar.set_postfix(post, refresh=False)
+        k = int(getattr(self.trainer, "last_call_steps", 1) or 1)
+        bar.update(min(k, max(bar.total - bar.n, 0)))
+
+    def _close(self):
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def _after_epoch(self):
+        self._close()
+
+    def _after_train(self):
+        # also reached when training ends with an error mid-epoch
+        self._close()
+
+    def __del__(self):
+        try:
+            self._close()
+        except Exception:
+            pass
+
+
+class EstimatedTimeLeft(Callback):
+    """Log the estimated time to the end of training at each epoch end.
+
+    Args:
+        last_k_epochs: estimate from the durations of the last k epochs.
+        median: use their median (robust to a slow epoch, e.g. one that compiled
+            the train function); else their mean.
+
+    Example::
+
+        EstimatedTimeLeft(last_k_epochs=3)
+    """
+
+    _chief_only = True
+
+    def __init__(self, last_k_epochs: int = 5, median: bool = True):
+        if last_k_epochs < 1:
+            raise ValueError(f"EstimatedTimeLeft: last_k_epochs must be >= 1, got {last_k_epochs}.")
+        self._times = deque(maxlen=int(last_k_epochs))
+        self._median = bool(median)
+        self._last = None
+
+    def _before_train(self):
+        self._last = time.perf_counter()
+
+    def _trigger_epoch(self):
+        now = time.perf_counter()
+        if self._last is not None:
+            self._times.append(now - self._last)
+        self._last = now
+        left = int(self.trainer.max_epoch) - int(self.epoch_num)
+        if left <= 0 or not self._times:
+            return
+        ts = sorted(self._times)
+        per_epoch = ts[len(ts) // 2] if self._median else sum(ts) / len(ts)
+        logger.info("Estimated time left: %s", humanize_seconds(per_epoch * left))
+
+
+class ThroughputTracker(Callback):
+    """Put the epoch's training speed into the monitors at each epoch end.
+
+    ``throughput/steps_per_sec`` always, ``throughput/samples_per_sec`` when
+    ``samples_per_step`` is given (the global batch: per-tower batch times towers for
+    ModelDesc trainers). Time is counted from ``before_epoch`` to ``after_epoch``, so
+    epoch-end work such as validation is left out.
+
+    Example::
+
+        ThroughputTracker(samples_per_step=BATCH * num_towers)
+    """
+
+    _chief_only = False
+
+    def __init__(self, samples_per_step: Optional[float] = None):
+        if samples_per_step is not None and samples_per_step <= 0:
+            raise ValueError(f"ThroughputTracker: samples_per_step must be positive, got {samples_per_step}.")
+        self._samples_per_step = samples_per_step
+        self._start_time = None
+        self._start_step = 0
+        self._seconds = None
+        self._steps = 0
+
+    def _before_epoch(self):
+        self._start_time = time.perf_counter()
+        self._start_step = int(self.global_step)
+        self._seconds = None
+
+    def _after_epoch(self):
+        if self._start_time is not None:
+            self._seconds = time.perf_counter() - self._start_time
+            self._steps = int(self.global_step) - self._start_step
+
+    def _trigger_epoch(self):
+        if self._seconds is None or self._seconds <= 0 or self._steps <= 0:
+            return
+        steps_per_sec = self._steps / self._seconds
+        self.trainer.monitors.put_scalar("throughput/steps_per_sec", steps_per_sec)
+        if self._samples_per_step is not None:
+            self.trainer.monitors.put_scalar("throughput/samples_per_sec",
+                                             steps_per_sec * self._samples_per_step)

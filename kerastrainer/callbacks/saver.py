@@ -1,0 +1,445 @@
+"""Checkpoints: ``ModelSaver`` writes them atomically; ``MinSaver``/``MaxSaver`` keep the best.
+
+Layout of a checkpoint directory (the log directory by default)::
+
+    checkpoint                         # the pointer: TF's CheckpointState text format
+    checkpoint-1000.index              # one checkpoint: tf.train.Checkpoint files
+    checkpoint-1000.data-00000-of-00001
+    checkpoint-2000.index ...
+    min-validation_error.index ...     # MinSaver's copy of the best one
+    min-validation_error.json          # ... and the value that made it the best
+
+A save writes into a temporary directory, moves the files in place (the index
+last), checks that the new checkpoint reads back, and only then replaces the
+pointer file (temp file, fsync, ``os.replace``). A crash at any point leaves the
+pointer on a complete checkpoint. ``tf.train.latest_checkpoint(dir)`` understands
+the pointer too; :func:`latest_checkpoint` also recovers when the pointer is missing.
+
+Example::
+
+    callbacks = [ModelSaver(max_to_keep=5), MinSaver('validation_error')]
+    ...
+    ckpt = tf.train.Checkpoint(model=..., optimizer=...)
+    ckpt.restore(latest_checkpoint('train_log/mnist')).expect_partial()
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from typing import List, Optional, Tuple
+
+from ..utils import logger
+from .base import Callback
+from .fileio import atomic_write_text
+
+__all__ = ["ModelSaver", "MinSaver", "MaxSaver", "latest_checkpoint", "CHECKPOINT_PREFIX"]
+
+CHECKPOINT_PREFIX = "checkpoint"
+_POINTER = "checkpoint"
+_TMP_DIR_PREFIX = ".tmp-save-"
+_STEP_RE = re.compile(r"^" + CHECKPOINT_PREFIX + r"-(\d+)\.index$")
+
+
+# --- the pointer file ---------------------------------------------------------------------------
+def _quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _write_pointer(directory: str, latest: str, kept: List[Tuple[str, float]],
+                   last_preserved: float) -> None:
+    """Atomically write TF's CheckpointState (text format) with paths relative to ``directory``."""
+    lines = [f"model_checkpoint_path: {_quote(latest)}"]
+    lines += [f"all_model_checkpoint_paths: {_quote(name)}" for name, _ in kept]
+    lines += [f"all_model_checkpoint_timestamps: {ts!r}" for _, ts in kept]
+    lines.append(f"last_preserved_timestamp: {last_preserved!r}")
+    atomic_write_text(os.path.join(directory, _POINTER), "\n".join(lines) + "\n")
+
+
+def _read_pointer(directory: str):
+    """TF's CheckpointState proto of ``directory``, or None when missing or unreadable."""
+    import tensorflow as tf
+    if not os.path.isfile(os.path.join(directory, _POINTER)):
+        return None
+    try:
+        return tf.train.get_checkpoint_state(directory)
+    except Exception as e:  # a damaged pointer: recover from the files
+        logger.warn("Cannot parse the checkpoint pointer in %s (%s); looking at the files instead.",
+                    directory, e)
+        return None
+
+
+def _exists(prefix: str) -> bool:
+    return os.path.isfile(prefix + ".index")
+
+
+def _scan_steps(directory: str) -> List[int]:
+    steps = []
+    for name in os.listdir(directory):
+        m = _STEP_RE.match(name)
+        if m:
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def latest_checkpoint(directory: Optional[str] = None) -> Optional[str]:
+    """The path prefix of the newest complete checkpoint in ``directory``, or None.
+
+    ``directory`` defaults to the log directory. The pointer file is trusted when the
+    checkpoint it names exists; otherwise the highest ``checkpoint-<step>`` is used.
+
+    Example::
+
+        path = latest_checkpoint('train_log/mnist')   # '.../checkpoint-2000' or None
+    """
+    directory = directory or logger.get_logger_dir()
+    if directory is None or not os.path.isdir(directory):
+        return None
+    state = _read_pointer(directory)
+    if state is not None and state.model_checkpoint_path:
+        path = state.model_checkpoint_path
+        if not os.path.isabs(path):
+            path = os.path.join(directory, path)
+        if _exists(path):
+            return path
+        logger.warn("The checkpoint pointer in %s names %s, which does not exist.", directory, path)
+    steps = _scan_steps(directory)
+    if not steps:
+        return None
+    return os.path.join(directory, f"{CHECKPOINT_PREFIX}-{steps[-1]}")
+
+
+def _verify(prefix: str) -> None:
+    """Raise if the checkpoint at ``prefix`` cannot be read back."""
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(prefix)
+    names = reader.get_variable_to_shape_map()
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" in names:
+        reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH")  # reads from the data file
+
+
+def _remove_prefix(prefix: str) -> None:
+    for f in glob.glob(glob.escape(prefix) + ".*"):
+        try:
+            os.remove(f)
+        except OSError as e:
+            logger.warn("Could not remove old checkpoint file %s: %s", f, e)
+
+
+def _publish_files(tmp_prefix: str, final_prefix: str) -> None:
+    """Move ``tmp_prefix.*`` to ``final_prefix.*``: data files first, the index last."""
+    files = glob.glob(glob.escape(tmp_prefix) + ".*")
+    if not any(f.endswith(".index") for f in files):
+        raise RuntimeError(f"Checkpoint write produced no index file under {tmp_prefix}.")
+    files.sort(key=lambda f: f.endswith(".index"))
+    for f in files:
+        os.replace(f, final_prefix + f[len(tmp_prefix):])
+
+
+class ModelSaver(Callback):
+    """Save ``trainer.checkpoint`` at each epoch end (or when triggered), atomically.
+
+    Checkpoints go to ``<checkpoint_dir>/checkpoint-<global_step>``; see the module
+    docstring for the layout and why a crash never leaves a broken latest checkpoint.
+    Before each save the trainer's counters are copied into the checkpoint:
+    ``trainer.sync_counters()`` when the trainer has it, else ``checkpoint.global_step``
+    and ``checkpoint.epoch`` (the number of *completed* epochs) are assigned here.
+    At the end of training it saves once more unless the last step is saved already
+    or the last call's cost was not finite.
+
+    Args:
+        max_to_keep: the newest checkpoints to keep; older ones are deleted.
+        keep_checkpoint_every_n_hours: also keep one checkpoint per this many hours
+            (None: never keep more than ``max_to_keep``).
+        checkpoint_dir: the directory; the log directory by default.
+
+    In multi-worker training (``MultiWorkerMirroredStrategy``) every worker must take
+    part in writing a checkpoint, so non-chief workers write to a temporary
+    directory that is deleted right away (TF's rule); with other strategies only the
+    chief writes.
+
+    Example::
+
+        PeriodicTrigger(ModelSaver(max_to_keep=3), every_k_steps=1000)
+    """
+
+    _chief_only = False  # see the multi-worker note; non-chiefs write nothing that stays
+
+    def __init__(self, max_to_keep: int = 10, keep_checkpoint_every_n_hours: Optional[float] = 0.5,
+                 checkpoint_dir: Optional[str] = None):
+        if int(max_to_keep) < 1:
+            raise ValueError(f"ModelSaver: max_to_keep must be >= 1, got {max_to_keep}.")
+        if keep_checkpoint_every_n_hours is not None and keep_checkpoint_every_n_hours <= 0:
+            raise ValueError("ModelSaver: keep_checkpoint_every_n_hours must be positive or None, "
+                             f"got {keep_checkpoint_every_n_hours}.")
+        self.max_to_keep = int(max_to_keep)
+        self.keep_every_secs = None if keep_checkpoint_every_n_hours is None \
+            else keep_checkpoint_every_n_hours * 3600.0
+        self._dir_arg = checkpoint_dir
+        self.checkpoint_dir: Optional[str] = None
+        self._kept: List[Tuple[str, float]] = []   # (relative prefix, timestamp), oldest first
+        self._last_preserved = 0.0
+        self._last_saved_step: Optional[int] = None
+        self._start_step: Optional[int] = None
+
+    # --- set-up ---------------------------------------------------------------------------------
+    def _setup_graph(self):
+        d = self._dir_arg or logger.get_logger_dir()
+        if d is None:
+            raise ValueError("ModelSaver needs a directory: call logger.set_logger_dir(...) first, "
+                             "or pass ModelSaver(checkpoint_dir=...).")
+        if getattr(self.trainer, "checkpoint", None) is None:
+            raise ValueError("ModelSaver: the trainer has no `checkpoint` (a tf.train.Checkpoint) to save.")
+        self.checkpoint_dir = os.path.abspath(d)
+        if self._is_writer():
+            os.makedirs(self.checkpoint_dir, exist_ok=True)
+
+    def _is_writer(self) -> bool:
+        return bool(getattr(self.trainer, "is_chief", True))
+
+    def _before_train(self):
+        self._start_step = int(self.global_step)
+        self._last_saved_step = None
+        if not self._is_writer():
+            return
+        for stale in glob.glob(os.path.join(glob.escape(self.checkpoint_dir), _TMP_DIR_PREFIX + "*")):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a crash mid-save
+        self._kept, self._last_preserved = [], time.time()
+        state = _read_pointer(self.checkpoint_dir)
+        if state is not None:
+            times = list(state.all_model_checkpoint_timestamps)
+            for i, p in enumerate(state.all_model_checkpoint_paths):
+                rel = os.path.relpath(p, self.checkpoint_dir) if os.path.isabs(p) else p
+                if _exists(os.path.join(self.checkpoint_dir, rel)):
+                    self._kept.append((rel, times[i] if i < len(times) else time.time()))
+            if state.last_preserved_timestamp:
+                self._last_preserved = state.last_preserved_timestamp
+
+    # --- saving ---------------------------------------------------------------------------------
+    def _sync_counters(self) -> None:
+        tr = self.trainer
+        sync = getattr(tr, "sync_counters", None)
+        if callable(sync):
+            sync()
+            return
+        ckpt = tr.checkpoint
+        gs = int(tr.global_step)
+        done_epochs = int(tr.epoch_num) if int(tr.local_step) >= int(tr.steps_per_epoch) \
+            else int(tr.epoch_num) - 1
+        for attr, val in (("global_step", gs), ("epoch", done_epochs)):
+            var = getattr(ckpt, attr, None)
+            if var is not None and hasattr(var, "assign"):
+                var.assign(val)
+
+    def _write(self, prefix: str) -> None:
+        """Write the checkpoint files at ``prefix`` (a separate method so tests can break it)."""
+        self.trainer.checkpoint.write(prefix)
+
+    def _save_as_non_chief(self) -> None:
+        import tensorflow as tf
+        strategy = getattr(self.trainer, "strategy", None)
+        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return
+        tmp = tempfile.mkdtemp(prefix="kerastrainer-worker-ckpt-")
+        try:
+            self._write(os.path.join(tmp, "ckpt"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def save(self) -> Optional[str]:
+        """Save now; returns the new checkpoint's path prefix (None on a non-chief worker)."""
+        self._sync_counters()
+        if not self._is_writer():
+            self._save_as_non_chief()
+            return None
+        gs = int(self.global_step)
+        name = f"{CHECKPOINT_PREFIX}-{gs}"
+        final = os.path.join(self.checkpoint_dir, name)
+        tmpdir = tempfile.mkdtemp(prefix=_TMP_DIR_PREFIX + f"{gs}-", dir=self.checkpoint_dir)
+        t0 = time.perf_counter()
+        try:
+            tmp_prefix = os.path.join(tmpdir, "ckpt")
+            self._write(tmp_prefix)
+            _publish_files(tmp_prefix, final)
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        _verify(final)
+        self._record(name)
+        self._last_saved_step = gs
+        logger.info("Model saved to %s (%.2f s).", final, time.perf_counter() - t0)
+        return final
+
+    def _record(self, name: str) -> None:
+        """Point to the new checkpoint, then delete those past ``max_to_keep``."""
+        now = time.time()
+        kept = [(n, t) for n, t in self._kept if n != name] + [(name, now)]
+        dropped = []
+        while len(kept) > self.max_to_keep:
+            n, t = kept.pop(0)
+            if self.keep_every_secs is not None and t - self._last_preserved >= self.keep_every_secs:
+                self._last_preserved = t  # preserved: forgotten by the pointer, kept on disk
+                logger.info("Keeping %s for good (keep_checkpoint_every_n_hours).", n)
+            else:
+                dropped.append(n)
+        _write_pointer(self.checkpoint_dir, name, kept, self._last_preserved)
+        self._kept = kept
+        for n in dropped:
+            _remove_prefix(os.path.join(self.checkpoint_dir, n))
+
+    def _trigger(self):
+        self.save()
+
+    def _after_train(self):
+        gs = int(self.global_step)
+        if self._last_saved_step == gs or self._start_step == gs:
+            return
+        if not _last_call_finite(self.trainer):
+            logger.warn("ModelSaver: not saving at the end of training: the last train call's cost "
+                        "was not finite.")
+            return
+        self.save()
+
+    @property
+    def kept_checkpoints(self) -> List[str]:
+        """Path prefixes of the checkpoints listed by the pointer, oldest first."""
+        return [os.path.join(self.checkpoint_dir, n) for n, _ in self._kept]
+
+
+def _last_call_finite(trainer) -> bool:
+    import math
+    outputs = getattr(trainer, "last_step_outputs", None) or {}
+    if int(outputs.get("_nonfinite_step", -1)) >= 0:
+        return False
+    cost = outputs.get("cost")
+    return cost is None or math.isfinite(float(cost))
+
+
+def _safe_filename(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", s)
+
+
+class MinSaver(Callback):
+    """Keep a copy of the checkpoint with the lowest (``reverse=True``: highest) statistic.
+
+    At each trigger (epoch end by default) it reads ``trainer.monitors.get_latest(stat)``;
+    when it improves on the best so far, the latest checkpoint (written by a
+    :class:`ModelSaver` listed *before* this callback) is copied to
+    ``min-<stat>`` (``max-<stat>``), and the value to ``min-<stat>.json`` so that a
+    resumed run keeps comparing against it.
+
+    Args:
+        monitor_stat: the statistic's name, e.g. ``'validation_error'``.
+        reverse: keep the maximum instead.
+        filename: the copy's name; ``min-<stat>``/``max-<stat>`` by default.
+        checkpoint_dir: where ModelSaver writes; the log directory by default.
+
+    Example::
+
+        callbacks = [ModelSaver(), InferenceRunner(val, ClassificationError()),
+                     MinSaver('validation_error')]
+    """
+
+    def __init__(self, monitor_stat: str, reverse: bool = False, filename: Optional[str] = None,
+                 checkpoint_dir: Optional[str] = None):
+        if not isinstance(monitor_stat, str) or not monitor_stat:
+            raise TypeError(f"{type(self).__name__}: monitor_stat must be a statistic's name, got {monitor_stat!r}.")
+        self.monitor_stat = monitor_stat
+        self.reverse = bool(reverse)
+        self.filename = filename or (("max-" if self.reverse else "min-") + _safe_filename(monitor_stat))
+        self._dir_arg = checkpoint_dir
+        self.checkpoint_dir: Optional[str] = None
+        self.best: Optional[float] = None
+        self._warned = False
+
+    def _setup_graph(self):
+        d = self._dir_arg or logger.get_logger_dir()
+        if d is None:
+            raise ValueError(f"{type(self).__name__} needs a directory: call logger.set_logger_dir(...) "
+                             "first, or pass checkpoint_dir=...")
+        self.checkpoint_dir = os.path.abspath(d)
+
+    def _sidecar(self) -> str:
+        return os.path.join(self.checkpoint_dir, self.filename + ".json")
+
+    def _before_train(self):
+        path = self._sidecar()
+        if os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    self.best = float(json.load(f)["value"])
+                logger.info("%s: best %s so far is %.5g (from %s).", type(self).__name__,
+                            self.monitor_stat, self.best, path)
+            except (ValueError, KeyError, TypeError, OSError) as e:
+                logger.warn("%s: ignoring unreadable %s (%s).", type(self).__name__, path, e)
+
+    def _better(self, v: float) -> bool:
+        if v != v:  # NaN
+            return False
+        if self.best is None:
+            return True
+        return v > self.best if self.reverse else v < self.best
+
+    def _trigger(self):
+        try:
+            v = float(self.trainer.monitors.get_latest(self.monitor_stat))
+        except KeyError as e:
+            if not self._warned:
+                self._warned = True
+                logger.warn("%s: %s", type(self).__name__, e.args[0] if e.args else e)
+            return
+        if not self._better(v):
+            return
+        src = latest_checkpoint(self.checkpoint_dir)
+        if src is None:
+            raise RuntimeError(f"{type(self).__name__}: no checkpoint in {self.checkpoint_dir} to copy. "
+                               "Put a ModelSaver before it in the callbacks.")
+        m = re.search(r"-(\d+)$", src)
+        if m and int(m.group(1)) != int(self.global_step):
+            logger.warn("%s: the latest checkpoint (%s) is not from the current step %d; put ModelSaver "
+                        "before %s and trigger them together.", type(self).__name__, src,
+                        self.global_step, type(self).__name__)
+        self._copy(src, os.path.join(self.checkpoint_dir, self.filename))
+        self.best = v
+        atomic_write_text(self._sidecar(), json.dumps(
+            {"stat": self.monitor_stat, "value": v, "global_step": int(self.global_step),
+             "source": os.path.basename(src)}))
+        logger.info("Model at global step %d with %s %s=%.5g saved as %s.", self.global_step,
+                    "max" if self.reverse else "min", self.monitor_stat, v, self.filename)
+
+    @staticmethod
+    def _copy(src: str, dst: str) -> None:
+        """Copy the checkpoint files of ``src`` to ``dst``: temp names first, the index last."""
+        files = glob.glob(glob.escape(src) + ".*")
+        files.sort(key=lambda f: f.endswith(".index"))
+        tag = uuid.uuid4().hex[:8]
+        staged = []
+        try:
+            for f in files:
+                tmp = f"{dst}.tmp-{tag}{f[len(src):]}"
+                shutil.copyfile(f, tmp)
+                staged.append((tmp, dst + f[len(src):]))
+            for tmp, final in staged:
+                os.replace(tmp, final)
+        except BaseException:
+            for tmp, _ in staged:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+            raise
+
+
+class MaxSaver(MinSaver):
+    """:class:`MinSaver` that keeps the checkpoint with the highest statistic (``max-<stat>``).
+
+    Example::
+
+        MaxSaver('validation_accuracy')
+    """
+
+    def __init__(self, monitor_stat: str, filename: Optional[str] = None,
+                 checkpoint_dir: Optional[str] = None):
+        super().__init__(monitor_stat, reverse=True, filename=filename, checkpoint_dir=checkpoint_dir)

@@ -1,0 +1,128 @@
+"""Callbacks that read the outputs of each train call.
+
+- :class:`MovingAverageSummary`: smooths ``trainer.last_step_outputs`` (the cost and
+  every ``add_moving_summary`` scalar) with an exponential moving average and puts
+  the result into the monitors.
+- :class:`TerminateOnNonFinite` (alias ``TerminateOnNaN``): stops training with a
+  :class:`NonFiniteLossError` naming the first step whose cost was NaN or Inf.
+
+Example::
+
+    callbacks = [MovingAverageSummary(decay=0.9), TerminateOnNonFinite()]
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional
+
+from .base import Callback
+
+__all__ = ["MovingAverageSummary", "TerminateOnNonFinite", "TerminateOnNaN", "NonFiniteLossError"]
+
+
+class MovingAverageSummary(Callback):
+    """Exponential moving averages of the train call outputs, put as scalars.
+
+    After each call of ``k`` steps whose outputs are averaged over those steps, each
+    average moves as if updated once per step with the same value::
+
+        ema = ema * decay**k + value * (1 - decay**k)
+
+    so the smoothing does not depend on ``steps_per_call``. The first value of a
+    statistic starts its average. Keys starting with ``_`` are internal and skipped.
+
+    It runs on every worker (``chief_only = False``): it is cheap, and callbacks that
+    read statistics back (e.g. :class:`StatMonitorParamSetter`, which must run
+    everywhere) need the same values on every worker.
+
+    Args:
+        decay: the per-step decay, in [0, 1).
+
+    Example::
+
+        MovingAverageSummary(decay=0.99)   # smoother curves
+    """
+
+    _chief_only = False
+
+    def __init__(self, decay: float = 0.95):
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"MovingAverageSummary: decay must be in [0, 1), got {decay}.")
+        self.decay = float(decay)
+        self._ema: Dict[str, float] = {}
+
+    @property
+    def averages(self) -> Dict[str, float]:
+        """The current moving averages, by name."""
+        return dict(self._ema)
+
+    def _trigger_step(self):
+        outputs = getattr(self.trainer, "last_step_outputs", None) or {}
+        k = max(int(getattr(self.trainer, "last_call_steps", 1) or 1), 1)
+        keep = self.decay ** k
+        monitors = self.trainer.monitors
+        for name, value in outputs.items():
+            if name.startswith("_"):
+                continue
+            value = float(value)
+            old = self._ema.get(name)
+            # a NaN once would poison the average forever; restart from the new value instead
+            if old is None or not math.isfinite(old):
+                ema = value
+            else:
+                ema = old * keep + value * (1.0 - keep)
+            self._ema[name] = ema
+            monitors.put_scalar(name, ema)
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN or Inf cost. ``global_step`` is the first such step, as the trainer numbers it."""
+
+    def __init__(self, message: str, global_step: Optional[int] = None):
+        super().__init__(message)
+        self.global_step = global_step
+
+
+class TerminateOnNonFinite(Callback):
+    """Stop training as soon as a train call saw a NaN or Inf cost (Keras: TerminateOnNaN).
+
+    The trainer reports in ``last_step_outputs['_nonfinite_step']`` the first global
+    step of the call whose cost was not finite (or -1). This callback raises
+    :class:`NonFiniteLossError` naming that step. Where that key is missing it
+    checks the call's average cost instead and names the call's range of steps.
+    It runs on every worker, so that all of them stop together.
+
+    Example::
+
+        try:
+            launch_train_with_config(config, trainer)
+        except NonFiniteLossError as e:
+            print("diverged at step", e.global_step)
+    """
+
+    _chief_only = False
+
+    def _trigger_step(self):
+        outputs = getattr(self.trainer, "last_step_outputs", None) or {}
+        bad = outputs.get("_nonfinite_step")
+        if bad is not None:
+            bad = int(bad)
+            if bad >= 0:
+                cost = outputs.get("cost")
+                raise NonFiniteLossError(
+                    f"The cost became NaN or Inf at global step {bad} (epoch {self.epoch_num}; "
+                    f"the call's mean cost: {cost}). Lower the learning rate, check the input "
+                    "data for NaN/Inf, or clip gradients.", global_step=bad)
+            return
+        cost = outputs.get("cost")
+        if cost is not None and not math.isfinite(float(cost)):
+            k = max(int(getattr(self.trainer, "last_call_steps", 1) or 1), 1)
+            first = self.global_step - k + 1
+            where = f"global step {first}" if k == 1 else f"global steps {first}-{self.global_step}"
+            raise NonFiniteLossError(
+                f"The cost became {cost} in {where} (epoch {self.epoch_num}). Lower the learning "
+                "rate, check the input data for NaN/Inf, or clip gradients.", global_step=first)
+
+
+# Keras' name, so that Keras users find it.
+TerminateOnNaN = TerminateOnNonFinite
