@@ -33,9 +33,11 @@ def summary_name(t, name=None) -> str:
         op_name = getattr(t, "name", None) or "tensor"
     op_name = op_name.split(":")[0]
     ctx = get_current_tower_context()
-    if ctx is not None and ctx.name and op_name.startswith(ctx.name + "/"):
-        op_name = op_name[len(ctx.name) + 1:]
-    return re.sub(r"^replica_\d+/", "", op_name)
+    # drop the tower's scope (which may sit inside loop or replica scopes)
+    prefix = ctx._scope_prefix if ctx is not None else ""
+    if prefix and op_name.startswith(prefix):
+        op_name = op_name[len(prefix):]
+    return op_name.lstrip("/")
 
 
 def _recording_ctx():

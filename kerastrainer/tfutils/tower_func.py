@@ -104,9 +104,18 @@ class TowerFunction:
             found["histograms"] = list(ctx.tensor_summaries)
             return cost
 
+        def create_eagerly(next_creator, **kwargs):
+            # Variables made while tracing would be lifted out of the graph, which fails
+            # for mirrored variables; make them eagerly instead (initial values are callables).
+            with tf.init_scope():
+                return next_creator(**kwargs)
+
         self.layer_store.allow_create = True
-        tf.function(trace, autograph=True).get_concrete_function(*self.input_signature)
-        self.layer_store.allow_create = False
+        try:
+            with tf.variable_creator_scope(create_eagerly):
+                tf.function(trace, autograph=True).get_concrete_function(*self.input_signature)
+        finally:
+            self.layer_store.allow_create = False
         cost = found["cost"]
         if not isinstance(cost, (tf.Tensor, tf.Variable)) and not hasattr(cost, "dtype"):
             raise TypeError(f"build_graph must return the cost tensor; it returned {type(cost).__name__}.")
@@ -169,4 +178,5 @@ class TowerFunction:
 
         predict.input_names = list(input_names)
         predict.output_names = list(output_names)
+        predict.concrete_function = pruned
         return predict

@@ -1,0 +1,54 @@
+"""OfflinePredictor: a trained tower function as a numpy-in, numpy-out callable."""
+from __future__ import annotations
+
+from typing import Dict
+
+import tensorflow as tf
+
+from .config import PredictConfig
+
+__all__ = ["OfflinePredictor", "build_model_for_inference"]
+
+
+class _InferenceTarget:
+    """What SessionInit needs: the model's checkpoint root and its named variables."""
+
+    def __init__(self, model_variables):
+        self.model_variables = model_variables
+        self.checkpoint = tf.train.Checkpoint(model=model_variables)
+
+    def named_variables(self) -> Dict[str, tf.Variable]:
+        return self.model_variables.named_variables()
+
+
+def build_model_for_inference(model, session_init) -> _InferenceTarget:
+    """Create the model's variables (once) and load weights into them."""
+    model.get_tower_function().build()
+    target = _InferenceTarget(model.get_model_variables())
+    session_init.init(target)
+    return target
+
+
+class OfflinePredictor:
+    """Run a model's tower in inference mode and fetch tensors by name.
+
+    Call it with one array per input name (or a list of them); it returns a list of
+    arrays, one per output name.
+
+    Example::
+
+        pred = OfflinePredictor(PredictConfig(model=Model(), session_init='train_log/mnist',
+                                              input_names=['input'], output_names=['prob']))
+        prob, = pred(images)
+    """
+
+    def __init__(self, config: PredictConfig):
+        self.config = config
+        self._target = build_model_for_inference(config.model, config.session_init)
+        self._fn = config.model.get_tower_function().predict_function(
+            config.input_names, config.output_names, is_training=config.is_training)
+        self.input_names = config.input_names
+        self.output_names = config.output_names
+
+    def __call__(self, *inputs):
+        return self._fn(*inputs)
