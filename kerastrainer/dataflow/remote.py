@@ -1,0 +1,265 @@
+"""Stream a DataFlow to another process or machine over ZeroMQ.
+
+``send_dataflow_zmq(df, addr)`` runs a DataFlow and PUSHes its datapoints to
+``addr``; ``RemoteDataZMQ(addr)`` is a DataFlow that PULLs them. Datapoints travel
+in the wire format of :mod:`.wire` (numpy arrays as raw frames).
+
+Failure behaviour:
+
+- the sender raises ``TimeoutError`` naming the address when no receiver has been
+  connected for ``timeout`` seconds (at the start, or after the receiver went away);
+  a connected receiver that is merely slow makes it wait, as a full queue should;
+- the receiver skips a malformed message with a warning (``on_malformed='warn'``,
+  the default: a stray or buggy sender must not take the training process down),
+  or raises ``ValueError`` naming the address with ``on_malformed='raise'``.
+
+Example::
+
+    # on the data machine
+    send_dataflow_zmq(BatchData(MyDataFlow(), 64), "tcp://trainer-host:8877")
+
+    # in the training process
+    ds = RemoteDataZMQ("tcp://0.0.0.0:8877")
+    ds.reset_state()
+    for dp in ds:
+        ...
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, Iterator, List, Optional
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from ..utils import logger
+from .base import DataFlow, DataFlowReentrantGuard, is_dataflow
+from .wire import BUFFER_MAGIC, HEADER_MAGIC, dumps, dumps_frames, loads, loads_frames
+
+__all__ = ["send_dataflow_zmq", "RemoteDataZMQ"]
+
+_FORMATS = (None, "frames", "buffer")
+_LOG_EVERY_S = 60.0
+
+
+class _PeerCounter:
+    """Counts the connected receivers of a socket from its monitor events."""
+
+    def __init__(self, sock: zmq.Socket):
+        self.mon = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+        self.peers = 0
+
+    def update(self) -> int:
+        while self.mon.poll(0):
+            event = recv_monitor_message(self.mon)["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.peers += 1
+            elif event == zmq.EVENT_DISCONNECTED:
+                self.peers = max(0, self.peers - 1)
+        return self.peers
+
+
+def _send_or_wait(sock: zmq.Socket, frames: list, peers: _PeerCounter, addr: str, timeout: float) -> None:
+    try:
+        sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        return
+    except zmq.Again:
+        pass
+    alone_since = None
+    while True:
+        if sock.poll(200, zmq.POLLOUT):
+            try:
+                sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                return
+            except zmq.Again:
+                continue
+        if peers.update() > 0:
+            alone_since = None   # a receiver is there, just busy: keep waiting
+            continue
+        now = time.monotonic()
+        alone_since = alone_since or now
+        if now - alone_since > timeout:
+            raise TimeoutError(
+                f"send_dataflow_zmq: no receiver connected to {addr} for {timeout:.0f} s. Start "
+                f"RemoteDataZMQ (or another PULL socket) on that address, or check the address and port.")
+
+
+def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None, bind: bool = False,
+                      timeout: float = 30.0, num_epochs: Optional[int] = None) -> int:
+    """Run ``df`` and send every datapoint to ``addr`` with a ZeroMQ PUSH socket.
+
+    Args:
+        df: the DataFlow; ``reset_state()`` is called here.
+        addr: a ZeroMQ endpoint, e.g. ``"tcp://127.0.0.1:8877"`` or ``"ipc:///tmp/pipe"``.
+        hwm: high-water mark: datapoints queued before sending blocks.
+        format: ``None`` or ``"frames"`` (multipart, zero-copy; the default) or
+            ``"buffer"`` (one frame per datapoint). :class:`RemoteDataZMQ` reads both.
+        bind: bind ``addr`` instead of connecting to it.
+        timeout: seconds without any connected receiver after which a ``TimeoutError``
+            naming ``addr`` is raised.
+        num_epochs: passes over ``df`` to send; None (tensorpack's behaviour) loops forever.
+
+    Returns:
+        the number of datapoints sent (only when ``num_epochs`` is given).
+
+    Example::
+
+        send_dataflow_zmq(MyDataFlow(), "tcp://127.0.0.1:8877", num_epochs=1)
+    """
+    if format not in _FORMATS:
+        raise ValueError(f"send_dataflow_zmq: unknown format {format!r}; use None/'frames' (multipart) or "
+                         "'buffer' (single frame). tensorpack's 'zmq_ops' format is not supported.")
+    if int(hwm) < 1:
+        raise ValueError(f"send_dataflow_zmq: hwm must be >= 1, got {hwm}")
+    if not is_dataflow(df):
+        raise TypeError(f"send_dataflow_zmq: df must be a DataFlow (with reset_state() and __iter__), "
+                        f"got {type(df).__name__}; wrap a list with DataFromList.")
+    encode = (lambda dp: [dumps(dp)]) if format == "buffer" else dumps_frames
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.sndhwm = int(hwm)
+    sock.immediate = 1   # queue nothing for a receiver that is not connected yet
+    sock.linger = int(timeout * 1000)  # deliver what is queued at the end, but never hang on it
+    peers = _PeerCounter(sock)
+    try:
+        try:
+            (sock.bind if bind else sock.connect)(addr)
+        except zmq.ZMQError as e:
+            raise ValueError(f"send_dataflow_zmq: cannot {'bind' if bind else 'connect'} to {addr!r}: {e}") from None
+        df.reset_state()
+        logger.info("Sending datapoints to %s ...", addr)
+        sent = 0
+        last_log, last_sent = time.monotonic(), 0
+        epochs = range(num_epochs) if num_epochs is not None else iter(int, 1)
+        for _ in epochs:
+            for dp in df:
+                _send_or_wait(sock, encode(dp), peers, addr, timeout)
+                sent += 1
+                now = time.monotonic()
+                if now - last_log > _LOG_EVERY_S:
+                    logger.info("Sent %d datapoints to %s (%.1f/s)", sent, addr,
+                                (sent - last_sent) / (now - last_log))
+                    last_log, last_sent = now, sent
+        return sent
+    finally:
+        peers.mon.close(linger=0)
+        sock.disable_monitor()
+        sock.close()
+        ctx.term()
+
+
+def _release_sockets(sockets, ctx) -> None:
+    for s in sockets:
+        s.close(linger=0)
+    ctx.term()
+
+
+class RemoteDataZMQ(DataFlow):
+    """A DataFlow of the datapoints PULLed from one or two ZeroMQ addresses.
+
+    Args:
+        addr1, addr2: endpoints, e.g. ``"tcp://0.0.0.0:8877"``; ``"tcp://127.0.0.1:*"``
+            binds a free port (read it from ``self.addresses`` after ``reset_state()``).
+        hwm: high-water mark of the receiving socket(s).
+        bind: bind the addresses (default) or connect to them.
+        timeout: raise ``TimeoutError`` when nothing arrives for this many seconds
+            (None: wait forever, tensorpack's behaviour).
+        on_malformed: ``'warn'`` (skip the message, log a warning, count it in
+            ``num_malformed``) or ``'raise'`` (``ValueError``).
+
+    It iterates forever; ``len()`` is unknown.
+
+    Example::
+
+        ds = RemoteDataZMQ("tcp://127.0.0.1:*")
+        ds.reset_state()
+        print(ds.addresses)   # ['tcp://127.0.0.1:40123']
+        for dp in ds:
+            ...
+    """
+
+    def __init__(self, addr1: str, addr2: Optional[str] = None, hwm: int = 50, bind: bool = True,
+                 timeout: Optional[float] = None, on_malformed: str = "warn"):
+        if on_malformed not in ("warn", "raise"):
+            raise ValueError(f"RemoteDataZMQ: on_malformed must be 'warn' or 'raise', got {on_malformed!r}")
+        if int(hwm) < 1:
+            raise ValueError(f"RemoteDataZMQ: hwm must be >= 1, got {hwm}")
+        self._addrs = [a for a in (addr1, addr2) if a]
+        self.hwm = int(hwm)
+        self.bind = bool(bind)
+        self.timeout = timeout
+        self.on_malformed = on_malformed
+        self.num_malformed = 0
+        self.addresses: List[str] = []
+        self._sockets: List[zmq.Socket] = []
+        self._guard = DataFlowReentrantGuard("RemoteDataZMQ")
+        self._finalizer = None
+
+    def reset_state(self) -> None:
+        if self._finalizer is not None:
+            raise RuntimeError("reset_state() was already called on this RemoteDataZMQ; call it once.")
+        ctx = zmq.Context()
+        self._finalizer = weakref.finalize(self, _release_sockets, self._sockets, ctx)
+        for addr in self._addrs:
+            sock = ctx.socket(zmq.PULL)
+            sock.rcvhwm = self.hwm
+            self._sockets.append(sock)
+            try:
+                (sock.bind if self.bind else sock.connect)(addr)
+            except zmq.ZMQError as e:
+                raise ValueError(f"RemoteDataZMQ: cannot {'bind' if self.bind else 'connect'} to {addr!r}: {e}. "
+                                 "Is another process using that port?") from None
+            self.addresses.append(sock.last_endpoint.decode() if self.bind else addr)
+        self._poller = zmq.Poller()
+        for s in self._sockets:
+            self._poller.register(s, zmq.POLLIN)
+
+    def close(self) -> None:
+        """Close the sockets; safe to call more than once."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def _decode(self, frames, sock_index: int):
+        try:
+            first = frames[0].buffer
+            if bytes(first[:4]) == HEADER_MAGIC:
+                return loads_frames(frames)
+            if len(frames) == 1 and bytes(first[:4]) == BUFFER_MAGIC:
+                return loads(first)
+            raise ValueError(f"a message of {len(frames)} frame(s) that is not in kerastrainer's wire format "
+                             f"(starts with {bytes(first[:8])!r})")
+        except ValueError as e:
+            where = self.addresses[sock_index]
+            if self.on_malformed == "raise":
+                raise ValueError(f"RemoteDataZMQ: malformed message received on {where}: {e}") from None
+            self.num_malformed += 1
+            n = self.num_malformed
+            if n <= 5 or n % 1000 == 0:
+                logger.warning("RemoteDataZMQ: skipped malformed message #%d received on %s: %s", n, where, e)
+            return _SKIP
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._finalizer is None:
+            raise RuntimeError("Call reset_state() on this RemoteDataZMQ before iterating it.")
+        if not self._finalizer.alive:
+            raise RuntimeError("This RemoteDataZMQ is closed; create a new one.")
+        with self._guard:
+            last = time.monotonic()
+            while True:
+                events = dict(self._poller.poll(1000))
+                got = False
+                for i, s in enumerate(self._sockets):
+                    if s in events:
+                        dp = self._decode(s.recv_multipart(copy=False), i)
+                        got = True
+                        if dp is not _SKIP:
+                            yield dp
+                if got:
+                    last = time.monotonic()
+                elif self.timeout is not None and time.monotonic() - last > self.timeout:
+                    raise TimeoutError(f"RemoteDataZMQ: nothing arrived on {', '.join(self.addresses)} "
+                                       f"for {self.timeout} s. Is the sender running and pointed at it?")
+
+
+_SKIP = object()
