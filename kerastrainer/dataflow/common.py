@@ -175,13 +175,15 @@ def _batch_component(values: list, path: str) -> Any:
         out = [_batch_component([v[j] for v in values], f"{path}[{j}]") for j in range(len(first))]
         return tuple(out) if isinstance(first, tuple) else out
     try:
-        if isinstance(first, (bool, np.bool_)):
+        if isinstance(first, np.generic):  # before float: np.float64 subclasses float
+            return np.asarray(values)
+        if isinstance(first, bool):
             return np.asarray(values, dtype=bool)
         if isinstance(first, int):
             return _py_ints_to_array(values)
         if isinstance(first, float):
             return np.asarray(values, dtype=np.float32)
-        if isinstance(first, (np.generic, complex, str, bytes)):
+        if isinstance(first, (complex, str, bytes)):
             return np.asarray(values)
     except ValueError:
         raise _shape_error(values, path, "types or shapes") from None
