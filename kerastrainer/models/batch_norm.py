@@ -1,0 +1,157 @@
+"""``BatchNorm`` and ``BNReLU``: tensorpack's batch normalization on Keras 3.
+
+Variables: ``<name>/gamma``, ``<name>/beta``, ``<name>/mean/EMA``, ``<name>/variance/EMA``.
+
+Training or not follows the tower: ``training=None`` means the tower context's
+``is_training`` (False outside any tower). In training, the layer normalizes with
+the batch statistics and updates the moving averages (``moving = moving * momentum
++ batch * (1 - momentum)``) as variable assignments inside the call, so nothing
+needs to run "after the step", in eager mode or inside ``tf.function``.
+
+Several replicas (``tf.distribute``): the moving averages are mirrored variables
+whose updates come from the first replica only (tensorpack's "main tower" rule), so
+every replica keeps the same values. ``sync_statistics='nccl'`` (also ``'replica'``,
+``'collective'``) normalizes with the mean and variance of the whole global batch,
+all-reduced across replicas (Keras's ``synchronized=True``); ``'horovod'`` does the
+same across Horovod ranks with ``hvd.allreduce``.
+
+Example::
+
+    x = BatchNorm('bn0', x)                       # batch stats in training towers
+    x = BatchNorm('bn1', x, momentum=0.99, sync_statistics='nccl')
+    x = BNReLU('bnrelu', x)                       # BatchNorm('bn') + ReLU
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import keras
+import tensorflow as tf
+
+from . import _common as C
+from ..tfutils.tower import get_current_tower_context
+from .registry import get_layer_here, layer_register, legacy_names
+
+__all__ = ["BatchNorm", "BNReLU", "TowerBatchNormalization"]
+
+_BN_ALIASES = {"gamma": "gamma", "beta": "beta", "moving_mean": "mean/EMA",
+               "moving_variance": "variance/EMA"}
+_SYNC_REPLICA = ("nccl", "replica", "collective")
+
+
+@keras.saving.register_keras_serializable(package="kerastrainer")
+class TowerBatchNormalization(keras.layers.BatchNormalization):
+    """``keras.layers.BatchNormalization`` made for data-parallel towers.
+
+    - moving statistics are aggregated ``'only_first_replica'``: under a
+      ``tf.distribute`` strategy every replica's update is replaced by the first
+      replica's, so the mirrored copies never drift apart;
+    - ``horovod_sync=True`` all-reduces the batch moments over Horovod ranks.
+
+    Example::
+
+        bn = TowerBatchNormalization(momentum=0.9, epsilon=1e-5)
+        y = bn(x, training=True)
+    """
+
+    def __init__(self, *args, horovod_sync: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.horovod_sync = bool(horovod_sync)
+        if self.horovod_sync:
+            _import_horovod()
+
+    def add_weight(self, *args, **kwargs):
+        if str(kwargs.get("name", "")).startswith("moving_"):
+            kwargs["aggregation"] = "only_first_replica"
+        return super().add_weight(*args, **kwargs)
+
+    def _moments(self, inputs, mask):
+        if not self.horovod_sync or mask is not None:
+            return super()._moments(inputs, mask)
+        hvd = _import_horovod()
+        x = tf.cast(inputs, tf.float32)
+        mean = tf.reduce_mean(x, axis=self._reduction_axes)
+        mean_sq = tf.reduce_mean(tf.square(x), axis=self._reduction_axes)
+        # Equal per-rank batch sizes (the trainer's rule), so averaging the
+        # per-rank moments gives the moments of the global batch.
+        both = hvd.allreduce(tf.concat([mean, mean_sq], 0), op=hvd.Average)
+        mean, mean_sq = tf.split(both, 2)
+        var = tf.maximum(mean_sq - tf.square(mean), 0.0)
+        return tf.cast(mean, inputs.dtype), tf.cast(var, inputs.dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "horovod_sync": self.horovod_sync}
+
+
+def _import_horovod():
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError as e:
+        raise ImportError(
+            "BatchNorm(sync_statistics='horovod') needs Horovod (horovod.tensorflow), which "
+            f"cannot be imported here ({e}). Use sync_statistics='nccl' with a tf.distribute "
+            "trainer (SyncMultiGPUTrainerReplicated, MultiWorkerTrainer) instead.") from None
+    return hvd
+
+
+def _sync_mode(value) -> Optional[str]:
+    if value in (None, False):
+        return None
+    if value is True:
+        return "replica"
+    v = str(value).lower()
+    if v in _SYNC_REPLICA or v == "horovod":
+        return v
+    raise ValueError(f"BatchNorm: sync_statistics must be None, 'nccl' (or 'replica', "
+                     f"'collective') or 'horovod', got {value!r}.")
+
+
+@layer_register(log_shape=False)
+@legacy_names(decay="momentum", use_scale="scale", use_bias="center", gamma_init="gamma_initializer",
+              use_local_stat="training")
+def BatchNorm(inputs, axis: Optional[int] = None, training: Optional[bool] = None,
+              momentum: float = 0.9, epsilon: float = 1e-5, center: bool = True, scale: bool = True,
+              beta_initializer="zeros", gamma_initializer="ones", data_format: str = "channels_last",
+              sync_statistics: Optional[Union[str, bool]] = None):
+    """Batch normalization with tensorpack's defaults (momentum 0.9, epsilon 1e-5).
+
+    Args:
+        axis: the channel axis; None: 1 for ``channels_first`` 4-D input, else the last.
+        training: use batch statistics and update the moving ones; None follows the
+            tower context (tensorpack's behaviour).
+        sync_statistics: None, ``'nccl'`` / ``'replica'`` (all-reduce across
+            ``tf.distribute`` replicas) or ``'horovod'``.
+
+    tensorpack's names ``decay``, ``use_scale``, ``use_bias``, ``gamma_init`` work too.
+
+    Example::
+
+        x = BatchNorm('bn', x, gamma_initializer='zeros')   # zero-init the residual branch
+    """
+    x = tf.convert_to_tensor(inputs)
+    fmt = C.data_format(data_format, "BatchNorm")
+    ndim = C.static_rank(x, "BatchNorm")
+    if axis is None:
+        axis = C.channel_axis(fmt, ndim)
+    sync = _sync_mode(sync_statistics)
+    if training is None:
+        ctx = get_current_tower_context()
+        training = bool(ctx.is_training) if ctx is not None else False
+    layer = get_layer_here(lambda kname: TowerBatchNormalization(
+        axis=int(axis), momentum=float(momentum), epsilon=float(epsilon), center=center, scale=scale,
+        beta_initializer=C.initializer(beta_initializer, "zeros"),
+        gamma_initializer=C.initializer(gamma_initializer, "ones"),
+        synchronized=sync in _SYNC_REPLICA, horovod_sync=sync == "horovod", name=kname), _BN_ALIASES)
+    return C.output(layer(x, training=bool(training)))
+
+
+@layer_register(log_shape=False, use_scope=None)
+def BNReLU(x, name: Optional[str] = None):
+    """``BatchNorm('bn', x)`` then ReLU. Usable as an activation: ``Conv2D(..., activation=BNReLU)``.
+
+    Example::
+
+        x = BNReLU('preact', x)      # variables 'preact/bn/gamma', ...
+    """
+    x = BatchNorm("bn", x)
+    return tf.nn.relu(x, name=name or "output")
