@@ -173,6 +173,16 @@ def test_unseeded_augmentors_differ(img):
     assert any(not np.array_equal(a.augment(img), b.augment(img)) for _ in range(5))
 
 
+def test_rng_reseeds_itself_in_a_new_process(img, monkeypatch):
+    from kerastrainer.dataflow.imgaug import base
+    aug = imgaug.RandomCrop(8)
+    aug.reset_state()
+    state = aug.rng.get_state()[1].copy()
+    assert np.array_equal(aug.rng.get_state()[1], state)  # same process: same generator
+    monkeypatch.setattr(base.os, "getpid", lambda: -12345)  # as seen from a forked worker
+    assert not np.array_equal(aug.rng.get_state()[1], state)
+
+
 def test_replay_on_image_mask_and_coords(img):
     augs = imgaug.AugmentorList([imgaug.RandomCrop((40, 50)), imgaug.Flip(horiz=True, prob=1.0),
                                  imgaug.Resize((80, 100)), imgaug.Brightness(50)])

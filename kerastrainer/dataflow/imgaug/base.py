@@ -14,6 +14,7 @@ Example::
 """
 from __future__ import annotations
 
+import os
 from functools import partial
 from typing import Any, Tuple
 
@@ -38,9 +39,10 @@ class ImageAugmentor:
 
     Subclasses implement :meth:`get_transform`. Each augmentor has its own
     ``self.rng`` (a numpy RandomState), reseeded by :meth:`reset_state`, which
-    every DataFlow that uses augmentors calls once per process, so that forked
-    workers do not repeat each other's random draws (and so that
-    ``fix_rng_seed`` makes runs repeat).
+    every DataFlow that uses augmentors calls once per process (and
+    ``fix_rng_seed`` makes runs repeat). Used in a new process without
+    ``reset_state()`` (e.g. in the map function of a parallel map), the rng
+    reseeds itself on first use, so that workers never repeat each other's draws.
 
     Example::
 
@@ -53,6 +55,20 @@ class ImageAugmentor:
 
     def __init__(self):
         self.rng = get_rng(self)
+
+    @property
+    def rng(self) -> np.random.RandomState:
+        """This augmentor's random generator, reseeded on first use in a new process."""
+        # A forked or spawned worker that never called reset_state() (e.g. inside a
+        # map function) would otherwise repeat the parent's draws in every worker.
+        if getattr(self, "_rng_pid", None) != os.getpid():
+            self.rng = get_rng(self)
+        return self._rng
+
+    @rng.setter
+    def rng(self, value: np.random.RandomState) -> None:
+        self._rng = value
+        self._rng_pid = os.getpid()
 
     def reset_state(self) -> None:
         """Reseed ``self.rng``; call once per process before use."""
