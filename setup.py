@@ -13,7 +13,7 @@ with open(os.path.join(here, "kerastrainer", "_version.py")) as f:
 data_requires = ["numpy>=1.23", "pyzmq>=25", "msgpack>=1.0", "tqdm>=4.60", "tabulate>=0.9", "psutil>=5.9"]
 tf_requires = ["tensorflow-cpu==2.21.*; platform_machine=='x86_64'",
                "tensorflow==2.21.*; platform_machine!='x86_64'",
-               "keras>=3.15,<3.16"]
+               "keras>=3.15,<3.16", "tensorboard>=2.20"]
 
 extras = {
     "image": ["opencv-python-headless>=4.8"],
