@@ -248,3 +248,26 @@ def test_dataflow_imports_without_cv2():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stderr
     assert "CLEAR-ERROR" in res.stdout
+
+
+class _LegacyShift(imgaug.ImageAugmentor):
+    """Written against tensorpack's older augmentor API."""
+
+    def _get_augment_params(self, img):
+        return int(self.rng.randint(1, 4))
+
+    def _augment(self, img, param):
+        return np.roll(img, param, axis=1)
+
+    def _augment_coords(self, coords, param):
+        return coords + np.array([param, 0], np.float32)
+
+
+def test_tensorpack_legacy_api(img):
+    aug = _LegacyShift()
+    out, tfm = aug.augment_return_params(img)
+    shift = int(tfm.apply_coords(np.zeros((1, 2), np.float32))[0, 0])
+    assert 1 <= shift <= 3
+    np.testing.assert_array_equal(out, np.roll(img, shift, axis=1))
+    with pytest.raises(NotImplementedError, match="neither get_transform nor _augment"):
+        imgaug.ImageAugmentor().augment(img)

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 from functools import partial
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
 from ...utils.rng import get_rng
-from .transform import PhotometricTransform, Transform
+from .transform import FunctionTransform, PhotometricTransform, Transform
 
 __all__ = ["ImageAugmentor", "PhotometricAugmentor"]
 
@@ -75,8 +75,20 @@ class ImageAugmentor:
         self.rng = get_rng(self)
 
     def get_transform(self, img: np.ndarray) -> Transform:
-        """Draw the random parameters for ``img`` and return them as a Transform."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement get_transform")
+        """Draw the random parameters for ``img`` and return them as a Transform.
+
+        Augmentors written for tensorpack's older API (``_get_augment_params(img)``,
+        ``_augment(img, param)`` and optionally ``_augment_coords(coords, param)``)
+        work unchanged through this default.
+        """
+        augment = getattr(self, "_augment", None)
+        if augment is None:
+            raise NotImplementedError(f"{type(self).__name__} implements neither get_transform nor _augment.")
+        get_params = getattr(self, "_get_augment_params", None)
+        param = get_params(img) if get_params is not None else None
+        coords = getattr(self, "_augment_coords", None)
+        return FunctionTransform(partial(augment, param=param),
+                                 partial(coords, param=param) if coords is not None else None)
 
     def augment(self, img: np.ndarray) -> np.ndarray:
         """Draw a transform for ``img`` and apply it."""
@@ -96,7 +108,7 @@ class ImageAugmentor:
         """Replay a transform on ``(N, 2)`` ``(x, y)`` coordinates."""
         return tfm.apply_coords(coords)
 
-    def _rand_range(self, low: float = 1.0, high: float = None, size=None):
+    def _rand_range(self, low: float = 1.0, high: Optional[float] = None, size=None):
         """Uniform sample in ``[low, high)``; with one argument, in ``[0, low)``."""
         if high is None:
             low, high = 0.0, low
