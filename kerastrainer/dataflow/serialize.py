@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any, Callable, Iterator, List, Optional, Union
 
 import numpy as np
@@ -160,11 +161,58 @@ def _lmdb_commit(lmdb, env, items: list) -> None:
             env.set_mapsize(env.info()["map_size"] * 2)
 
 
+class _SharedEnvs:
+    """Read-only LMDB handles shared within a process, counted by users.
+
+    py-lmdb refuses to open one file twice in a process, so two LMDBData on one
+    file share a handle. A handle inherited through fork is closed in the child
+    (it must not be used there) and opened afresh.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._envs = {}  # real path -> [env, users, pid]
+        if hasattr(os, "register_at_fork"):  # a lock held by another thread at fork time would never be released
+            os.register_at_fork(after_in_child=self._new_lock)
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
+
+    def acquire(self, lmdb, path: str):
+        key, pid = os.path.realpath(path), os.getpid()
+        with self._lock:
+            entry = self._envs.get(key)
+            if entry is not None and entry[2] != pid:
+                del self._envs[key]
+                entry[0].close()  # only this process's copy of the mapping and descriptors
+                entry = None
+            if entry is None:
+                env = lmdb.open(path, subdir=os.path.isdir(path), readonly=True, lock=False,
+                                readahead=True, max_readers=256)
+                entry = self._envs[key] = [env, 0, pid]
+            entry[1] += 1
+            return entry[0]
+
+    def release(self, path: str) -> None:
+        key = os.path.realpath(path)
+        with self._lock:
+            entry = self._envs.get(key)
+            if entry is None or entry[2] != os.getpid():
+                return
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del self._envs[key]
+                entry[0].close()
+
+
+_SHARED_ENVS = _SharedEnvs()
+
+
 class LMDBData(RNGDataFlow):
     """The DataFlow :meth:`LMDBSerializer.load` returns.
 
     The file is opened read-only in ``reset_state()`` (so each worker process has
-    its own handle). Each datapoint is decoded into its own writable arrays.
+    its own handle; DataFlows of one file in one process share it). Each datapoint is decoded into its own writable arrays.
 
     Example::
 
@@ -178,16 +226,15 @@ class LMDBData(RNGDataFlow):
         self.shuffle = bool(shuffle)
         self._env = None
         self._env_pid = None
-        env = self._open()
+        env = self._acquire()
         try:
             self.keys = self._read_keys(env)
         finally:
-            env.close()
+            _SHARED_ENVS.release(self.path)
 
-    def _open(self):
+    def _acquire(self):
         try:
-            return self._lmdb.open(self.path, subdir=os.path.isdir(self.path), readonly=True, lock=False,
-                                   readahead=True, max_readers=256)
+            return _SHARED_ENVS.acquire(self._lmdb, self.path)
         except self._lmdb.Error as e:
             raise ValueError(f"LMDBSerializer.load: cannot open {self.path!r} as an LMDB database: {e}") from e
 
@@ -208,13 +255,13 @@ class LMDBData(RNGDataFlow):
     def reset_state(self) -> None:
         super().reset_state()
         self._close_env()
-        self._env = self._open()
+        self._env = self._acquire()
         self._env_pid = os.getpid()
 
     def _close_env(self) -> None:
         if self._env is not None:
-            if self._env_pid == os.getpid():  # a handle inherited through fork is only dropped
-                self._env.close()
+            if self._env_pid == os.getpid():  # a handle inherited through fork is the registry's business
+                _SHARED_ENVS.release(self.path)
             self._env = None
 
     def close(self) -> None:
