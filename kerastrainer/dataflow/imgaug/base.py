@@ -142,6 +142,14 @@ class PhotometricAugmentor(ImageAugmentor):
     [0, 255]). The result comes back in the input's dtype; uint8 is clipped to
     [0, 255], and float results are clipped too when ``self.clip`` is true.
     Masks and coordinates are left alone.
+
+    Example::
+
+        class Invert(PhotometricAugmentor):
+            def _get_params(self, img):
+                return self.rng.rand() < 0.5
+            def _impl(self, img, do_it):
+                return 255 - img if do_it else img
     """
 
     clip = True
