@@ -88,7 +88,9 @@ class TowerFunction:
         """Run the tower in a TowerContext; returns ``(cost, context)``."""
         with TowerContext(name, is_training=is_training, index=index, total=total,
                           layer_store=self.layer_store) as ctx:
-            cost = self.fn(*inputs)
+            # Tower code runs as written (graph semantics, as in tensorpack), not rewritten
+            # by AutoGraph: use tf.cond / tf.while_loop for data-dependent control flow.
+            cost = tf.autograph.experimental.do_not_convert(self.fn)(*inputs)
         return cost, ctx
 
     def build(self, total: int = 1) -> None:
@@ -113,7 +115,7 @@ class TowerFunction:
         self.layer_store.allow_create = True
         try:
             with tf.variable_creator_scope(create_eagerly):
-                tf.function(trace, autograph=True).get_concrete_function(*self.input_signature)
+                tf.function(trace, autograph=False).get_concrete_function(*self.input_signature)
         finally:
             self.layer_store.allow_create = False
         cost = found["cost"]

@@ -1,0 +1,288 @@
+"""The core training loop: SimpleTrainer, input sources, steps per call, errors, resume."""
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from _models import MLP, LinearData, SmallConvNet, weights_of
+from kerastrainer.callbacks import Callback, ModelSaver, StopTraining
+from kerastrainer.dataflow import DataFromGenerator, DataFromList
+from kerastrainer.input_source import (DataFlowEndedError, DummyConstantInput, FeedInput, InputSourceError,
+                                       QueueInput, TFDatasetInput)
+from kerastrainer.train import (AutoResumeTrainConfig, SimpleTrainer, TrainConfig,
+                                launch_train_with_config)
+from kerastrainer.utils import logger
+
+
+def quiet_config(**kw):
+    kw.setdefault("extra_callbacks", [])
+    kw.setdefault("monitors", [])
+    return TrainConfig(**kw)
+
+
+def test_loss_falls_and_accuracy_rises():
+    trainer = SimpleTrainer()
+    costs = []
+
+    class Record(Callback):
+        def _trigger_epoch(self):
+            costs.append(self.trainer.last_step_outputs["cost"])
+
+    launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), callbacks=[Record()], max_epoch=6),
+                             trainer)
+    assert trainer.global_step == 6 * 20
+    assert costs[-1] < 0.5 * costs[0]
+    assert trainer.last_step_outputs["accuracy"] > 0.85
+    assert trainer.last_step_outputs["_nonfinite_step"] == -1
+
+
+def test_update_matches_reference_sgd_step():
+    """One trainer step equals a hand-written GradientTape + SGD step on the same batch."""
+    data = LinearData(num_batches=1)
+    model = MLP(lr=0.5)
+    trainer = SimpleTrainer(steps_per_call=1)
+    launch_train_with_config(quiet_config(model=model, dataflow=data, max_epoch=0), trainer)  # build only
+    before = weights_of(trainer)
+    x, y = next(iter(data))
+    named = trainer.named_variables()
+    variables = [named[k] for k in sorted(named)]
+    with tf.GradientTape() as tape:
+        cost, _ = trainer.tower_func(tf.constant(x), tf.constant(y), name="ref", is_training=True)
+    grads = tape.gradient(cost, variables)
+    expected = {k: before[k] - 0.5 * g.numpy() for k, g in zip(sorted(named), grads)}
+
+    trainer2 = SimpleTrainer(steps_per_call=1)
+    model2 = MLP(lr=0.5)
+    launch_train_with_config(quiet_config(model=model2, dataflow=data, max_epoch=0), trainer2)
+    for k, v in trainer2.named_variables().items():
+        v.assign(before[k])
+    trainer2.input = FeedInput(data)
+    trainer2.input.setup(model2.get_input_signature())
+    trainer2._train_fn = trainer2._make_train_function()
+    trainer2.steps_per_epoch = 1
+    trainer2.run_step_call(1)
+    for k, v in weights_of(trainer2).items():
+        np.testing.assert_allclose(v, expected[k], rtol=1e-5, atol=1e-6)
+
+
+def test_steps_per_call_does_not_change_the_result():
+    results = []
+    for spc in (1, 7, "auto"):
+        tf.keras.utils.set_random_seed(3)
+        t = SimpleTrainer(steps_per_call=spc)
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), max_epoch=2), t)
+        results.append(weights_of(t))
+    for other in results[1:]:
+        for k in results[0]:
+            np.testing.assert_allclose(other[k], results[0][k], rtol=1e-4, atol=1e-5)
+
+
+def test_callback_that_needs_every_step_sees_every_step():
+    seen = []
+
+    class EveryStep(Callback):
+        def steps_to_next_trigger(self):
+            return 1
+
+        def _trigger_step(self):
+            seen.append(self.global_step)
+
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), callbacks=[EveryStep()],
+                                          max_epoch=2), t)
+    assert seen == list(range(1, 41))
+
+
+def test_calls_never_cross_an_epoch_end():
+    ends = []
+
+    class EpochEnd(Callback):
+        def _trigger_epoch(self):
+            ends.append((self.epoch_num, self.global_step, self.local_step))
+
+    t = SimpleTrainer(steps_per_call=1000)
+    launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), callbacks=[EpochEnd()],
+                                          steps_per_epoch=13, max_epoch=3), t)
+    assert ends == [(1, 13, 13), (2, 26, 13), (3, 39, 13)]
+
+
+@pytest.mark.parametrize("source", ["feed", "tfdata", "dummy"])
+def test_other_input_sources_train(source):
+    data = LinearData()
+    if source == "feed":
+        src = FeedInput(data)
+    elif source == "tfdata":
+        src = TFDatasetInput(tf.data.Dataset.from_tensor_slices((data.x, data.y)).batch(32))
+    else:
+        src = DummyConstantInput([[32, 8], [32]])
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=MLP(), data=src, steps_per_epoch=20, max_epoch=3), t)
+    assert t.global_step == 60
+    assert np.isfinite(t.last_step_outputs["cost"])
+
+
+@pytest.mark.parametrize("bad,match", [
+    ([np.zeros((4, 8), "float32")], "1 components but inputs\\(\\) declares 2"),
+    ([np.zeros((4, 8, 1), "float32"), np.zeros(4, "int32")], "'x'.*wrong rank 3"),
+    ([np.zeros((4, 7), "float32"), np.zeros(4, "int32")], "'x'.*wrong shape.*\\(4, 7\\)"),
+    ([np.zeros((4, 8), "float32"), np.zeros(4, "float32")], "'y'.*wrong dtype.*float32.*int32"),
+])
+def test_datapoint_mismatch_is_a_clear_error(bad, match):
+    df = DataFromList([bad] * 3, shuffle=False)
+    with pytest.raises(InputSourceError, match=match):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=df, max_epoch=1), SimpleTrainer())
+
+
+def _producer_threads():
+    return [t for t in threading.enumerate() if t.name.endswith("EnqueueThread") and t.is_alive()]
+
+
+def test_dataflow_error_stops_training_with_its_traceback():
+    def gen():
+        data = LinearData()
+        for i, dp in enumerate(data):
+            if i == 5:
+                raise ZeroDivisionError("broken datapoint 5")
+            yield dp
+
+    df = DataFromGenerator(gen)
+    with pytest.raises(InputSourceError, match="(?s)raised while producing data.*ZeroDivisionError: broken"):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=df, steps_per_epoch=50, max_epoch=1),
+                                 SimpleTrainer())
+    assert not _producer_threads()
+
+
+def test_dataflow_that_cannot_restart_is_reported():
+    data = LinearData(num_batches=3)
+    it = iter(data)
+    one_shot = DataFromGenerator(lambda: it)
+    with pytest.raises(DataFlowEndedError, match="produced nothing when restarted"):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=one_shot, steps_per_epoch=10, max_epoch=1),
+                                 SimpleTrainer())
+    assert not _producer_threads()
+
+
+def test_keyboard_interrupt_cleans_up():
+    class Interrupt(Callback):
+        def _trigger_step(self):
+            if self.global_step >= 3:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), callbacks=[Interrupt()],
+                                              max_epoch=5), SimpleTrainer(steps_per_call=1))
+    assert not _producer_threads()
+
+
+def test_stop_training_from_callback():
+    class Stop(Callback):
+        def _trigger_epoch(self):
+            if self.epoch_num == 2:
+                raise StopTraining("enough")
+
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), callbacks=[Stop()], max_epoch=9), t)
+    assert t.epoch_num == 2 and t.global_step == 40
+
+
+def test_nonfinite_cost_names_the_step():
+    from kerastrainer.callbacks import NonFiniteLossError, TerminateOnNonFinite
+
+    data = LinearData(num_batches=10)
+    data.x[7 * 32 + 3, 0] = np.nan  # batch 7, i.e. the 8th step of epoch 1
+    with pytest.raises(NonFiniteLossError, match="step 7"):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=data, max_epoch=1,
+                                              extra_callbacks=[TerminateOnNonFinite()]),
+                                 SimpleTrainer(steps_per_call=10))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_trains(precision):
+    t = SimpleTrainer(precision=precision)
+    launch_train_with_config(quiet_config(model=MLP(opt="adam", lr=0.01), dataflow=LinearData(), max_epoch=4), t)
+    assert t.last_step_outputs["accuracy"] > 0.7
+    assert all(v.dtype == "float32" for v in t.trainable_variables)
+    if precision == "fp16":
+        import keras
+        assert isinstance(t.optimizer, keras.optimizers.LossScaleOptimizer)
+
+
+def test_xla_trains():
+    t = SimpleTrainer(jit_compile=True)
+    launch_train_with_config(quiet_config(model=SmallConvNet(), dataflow=DataFromList(
+        [[np.random.rand(16, 8, 8, 1).astype("float32"), np.random.randint(0, 10, 16).astype("int32")]] * 4,
+        shuffle=False), max_epoch=2), t)
+    assert np.isfinite(t.last_step_outputs["cost"])
+
+
+def test_checkpoint_predictor_and_export(logdir, tmp_path):
+    from kerastrainer.predict import ModelExporter, OfflinePredictor, PredictConfig
+
+    logger.set_logger_dir(logdir, "d")
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), callbacks=[ModelSaver()],
+                                          max_epoch=2), t)
+    x = LinearData().x[:5]
+    live, = t.get_predictor(["x"], ["prob"])(x)
+    pred = OfflinePredictor(PredictConfig(model=MLP(), session_init=logdir, input_names=["x"],
+                                          output_names=["prob"]))
+    loaded, = pred(x)
+    np.testing.assert_allclose(loaded, live, rtol=1e-6)
+    export_dir = str(tmp_path / "export")
+    ModelExporter(PredictConfig(model=MLP(), session_init=logdir, input_names=["x"],
+                                output_names=["prob"])).export_serving(export_dir)
+    served = tf.saved_model.load(export_dir).signatures["serving_default"](x=tf.constant(x))
+    np.testing.assert_allclose(served["prob"].numpy(), live, rtol=1e-6)
+
+
+def test_predictor_errors_name_the_tensor():
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), max_epoch=0), t)
+    with pytest.raises(KeyError, match="No tensor named 'nope'"):
+        t.get_predictor(["x"], ["nope"])
+    with pytest.raises(KeyError, match="Unknown input names"):
+        t.get_predictor(["image"], ["prob"])
+
+
+def test_auto_resume_continues_step_epoch_and_optimizer(logdir):
+    logger.set_logger_dir(logdir, "d")
+    t1 = SimpleTrainer()
+    launch_train_with_config(TrainConfig(model=MLP(opt="adam", lr=0.01), dataflow=LinearData(),
+                                         callbacks=[ModelSaver()], max_epoch=2), t1)
+    iterations = int(t1.optimizer.iterations.numpy())
+    w1 = weights_of(t1)
+    logger.unset_logger_dir()
+
+    logger.set_logger_dir(logdir, "k")
+    started = []
+
+    class Start(Callback):
+        def _before_train(self):
+            started.append((self.epoch_num, self.global_step, int(self.trainer.optimizer.iterations.numpy()),
+                            weights_of(self.trainer)))
+
+    t2 = SimpleTrainer()
+    launch_train_with_config(AutoResumeTrainConfig(model=MLP(opt="adam", lr=0.01), dataflow=LinearData(),
+                                                   callbacks=[ModelSaver(), Start()], max_epoch=3), t2)
+    epoch, step, its, w2 = started[0]
+    assert (epoch, step, its) == (2, 40, iterations)  # before_train sees starting_epoch - 1 == 2
+    for k in w1:
+        np.testing.assert_array_equal(w2[k], w1[k])
+    assert t2.global_step == 60 and t2.epoch_num == 3
+    stats = json.load(open(os.path.join(logdir, "stats.json")))
+    assert [s["epoch_num"] for s in stats] == [1, 2, 3]
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="no model"):
+        launch_train_with_config(TrainConfig(dataflow=LinearData()), SimpleTrainer())
+    with pytest.raises(TypeError, match="Trainer instance"):
+        launch_train_with_config(TrainConfig(model=MLP(), dataflow=LinearData()), SimpleTrainer)
+    with pytest.raises(TypeError, match="needs a DataFlow"):
+        TrainConfig(model=MLP(), dataflow=[1, 2, 3])
+    with pytest.raises(ValueError, match="steps_per_epoch is unknown"):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=DataFromGenerator(LinearData().__iter__),
+                                              max_epoch=1), SimpleTrainer())
