@@ -32,6 +32,7 @@ import weakref
 from contextlib import contextmanager
 from typing import Callable, Dict, Iterator, Optional
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -140,7 +141,7 @@ def keras_layer(name: str, factory: Callable[[], object],
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"keras_layer: the name must be a non-empty string, got {name!r}.")
-    if not callable(factory):
+    if not callable(factory) or isinstance(factory, keras.layers.Layer):
         raise TypeError(f"keras_layer({name!r}, factory): factory must be a callable that returns "
                         f"a new Keras layer (e.g. lambda: keras.layers.Dense(10)), got "
                         f"{type(factory).__name__}.")
@@ -210,12 +211,13 @@ def layer_register(log_shape: bool = True, use_scope: Optional[bool] = True) -> 
         lname = func.__name__
 
         def canonical_kwargs(kwargs: dict, where: str = "call") -> dict:
-            out = {}
+            out, given_as = {}, {}
             for k, v in kwargs.items():
                 canon = legacy.get(k, k)
                 if canon in out:
-                    raise TypeError(f"{lname}: got both {k!r} and {canon!r} (the same argument); "
-                                    "pass only one.")
+                    raise TypeError(f"{lname}: got both {given_as[canon]!r} and {k!r} (the same "
+                                    "argument); pass only one.")
+                given_as[canon] = k
                 if canon not in sig.parameters and varkw is None:
                     usable = [p.name for p in params[1:] if p.kind is not p.VAR_POSITIONAL]
                     raise TypeError(f"{where}: {lname} got an unexpected argument {k!r}. "
