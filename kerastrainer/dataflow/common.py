@@ -26,7 +26,7 @@ import numpy as np
 
 from ..utils import logger
 from ..utils.rng import get_rng
-from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, is_dataflow
+from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, is_dataflow
 
 __all__ = ["BatchData", "BatchDataByShape", "MapData", "MapDataComponent", "FixedSizeData", "RepeatedData",
            "RepeatedDataPoint", "LocallyShuffleData", "ConcatData", "JoinData", "RandomChooseData",
@@ -138,7 +138,8 @@ class _MultiDataFlow(DataFlow):
 
 def _py_ints_to_array(values: list) -> np.ndarray:
     arr = np.asarray(values)
-    if arr.dtype == np.int64 and arr.size and np.iinfo(np.int32).min <= arr.min() and arr.max() <= np.iinfo(np.int32).max:
+    i32 = np.iinfo(np.int32)
+    if arr.dtype == np.int64 and arr.size and i32.min <= arr.min() and arr.max() <= i32.max:
         return arr.astype(np.int32)
     return arr
 
@@ -798,7 +799,8 @@ class RandomMixData(_MultiDataFlow):
         for i, d in enumerate(self.df_lists):
             if _try_size(d) is None:
                 raise ValueError(f"RandomMixData needs DataFlows that know their size; #{i} "
-                                 f"({type(d).__name__}) does not. Use RandomChooseData, or FixedSizeData to give it one.")
+                                 f"({type(d).__name__}) does not. Use RandomChooseData, "
+                                 "or FixedSizeData to give it one.")
         self.rng = None
 
     def reset_state(self) -> None:

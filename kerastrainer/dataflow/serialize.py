@@ -69,7 +69,8 @@ def _new_file_path(path: PathLike, who: str) -> str:
 def _existing_path(path: PathLike, who: str) -> str:
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{who}: {path!r} does not exist; write it first with {who.split('.')[0]}.save(df, path)")
+        raise FileNotFoundError(f"{who}: {path!r} does not exist; "
+                                f"write it first with {who.split('.')[0]}.save(df, path)")
     return path
 
 
@@ -212,7 +213,8 @@ class LMDBData(RNGDataFlow):
     """The DataFlow :meth:`LMDBSerializer.load` returns.
 
     The file is opened read-only in ``reset_state()`` (so each worker process has
-    its own handle; DataFlows of one file in one process share it). Each datapoint is decoded into its own writable arrays.
+    its own handle; DataFlows of one file in one process share it). Each
+    datapoint is decoded into its own writable arrays.
 
     Example::
 
