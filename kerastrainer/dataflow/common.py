@@ -847,7 +847,7 @@ def _describe(obj: Any, depth: int, max_depth: int, max_list: int, indent: str) 
     if isinstance(obj, np.ndarray):
         return [f"ndarray {obj.dtype} shape {obj.shape}{_range_text(obj)}"]
     if isinstance(obj, (bool, int, float, complex, np.generic)):
-        return [f"{type(obj).__name__} {obj!r}"]
+        return [f"{type(obj).__name__} {obj}"]
     if isinstance(obj, (str, bytes)):
         text = repr(obj) if len(obj) <= 40 else repr(obj[:40]) + "..."
         return [f"{type(obj).__name__} of length {len(obj)}: {text}"]
