@@ -40,7 +40,7 @@ def test_data_from_list_is_a_dataflow_with_tensorpack_aliases():
     assert list(ds.get_data()) == [[1], [2]]
 
 
-@pytest.mark.parametrize("bad", [iter([1, 2]), "abc", 5])
+@pytest.mark.parametrize("bad", [iter([1, 2]), "abc", 5, {"a": 1}])
 def test_data_from_list_rejects_non_lists(bad):
     with pytest.raises(TypeError, match="DataFromList"):
         DataFromList(bad)

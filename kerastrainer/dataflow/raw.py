@@ -14,7 +14,7 @@ Example::
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class DataFromList(RNGDataFlow):
     """
 
     def __init__(self, lst: Sequence[Any], shuffle: bool = True):
-        if isinstance(lst, (str, bytes)) or not hasattr(lst, "__len__") or not hasattr(lst, "__getitem__"):
+        if isinstance(lst, (str, bytes, Mapping)) or not hasattr(lst, "__len__") or not hasattr(lst, "__getitem__"):
             raise TypeError(f"DataFromList needs a list of datapoints, got {type(lst).__name__}; "
                             "use DataFromIterable or DataFromGenerator for other iterables.")
         self.lst = lst
