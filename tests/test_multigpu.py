@@ -1,0 +1,93 @@
+"""Synchronous data parallelism on logical CPU devices (conftest makes 4)."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from _models import MLP, LinearData, weights_of
+from kerastrainer.callbacks import Callback
+from kerastrainer.dataflow.base import DataFlow
+from kerastrainer.tfutils import get_current_tower_context
+from kerastrainer.train import (SimpleTrainer, SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated,
+                                TrainConfig, launch_train_with_config)
+
+
+class Halves(DataFlow):
+    """Batches of B, in the order that N towers dequeue them: the 2B batch split in halves."""
+
+    def __init__(self, data: LinearData, parts: int):
+        self.data, self.parts = data, parts
+
+    def __len__(self):
+        return len(self.data) * self.parts
+
+    def __iter__(self):
+        for x, y in self.data:
+            for xs, ys in zip(np.array_split(x, self.parts), np.array_split(y, self.parts)):
+                yield [xs, ys]
+
+
+def _train(trainer, data, init=None, **kw):
+    model = MLP(lr=0.2)
+    cfg = TrainConfig(model=model, dataflow=data, extra_callbacks=[], monitors=[],
+                      steps_per_epoch=kw.pop("steps_per_epoch", None), max_epoch=kw.pop("max_epoch", 1),
+                      callbacks=kw.pop("callbacks", []))
+    if init is not None:
+        class SetWeights(Callback):
+            _chief_only = False
+
+            def _before_train(self):
+                for k, v in self.trainer.named_variables().items():
+                    v.assign(init[k])
+        cfg.callbacks.append(SetWeights())
+    launch_train_with_config(cfg, trainer)
+    return trainer
+
+
+def _reference(num_batches=6):
+    t = _train(SimpleTrainer(steps_per_call=1), LinearData(num_batches=num_batches, batch=32), max_epoch=0)
+    return weights_of(t)
+
+
+@pytest.mark.parametrize("towers,trainer_cls", [
+    (2, SyncMultiGPUTrainerReplicated), (2, SyncMultiGPUTrainerParameterServer), (4, SyncMultiGPUTrainerReplicated),
+])
+def test_n_towers_equal_one_tower_on_the_concatenated_batch(towers, trainer_cls):
+    """N towers on batches of B/N give the weights of 1 tower on the batch B (several steps per call)."""
+    init = _reference()
+    data = LinearData(num_batches=6, batch=32)
+    single = _train(SimpleTrainer(steps_per_call=3), data, init=init, steps_per_epoch=6)
+    multi = _train(trainer_cls(towers, steps_per_call=3), Halves(data, towers), init=init, steps_per_epoch=6)
+    assert multi.num_replicas == towers and multi.global_step == 6 and multi.last_call_steps == 3
+    ws, wm = weights_of(single), weights_of(multi)
+    for k in ws:
+        np.testing.assert_allclose(wm[k], ws[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    assert multi.last_step_outputs["cost"] == pytest.approx(single.last_step_outputs["cost"], rel=1e-4)
+
+
+def test_towers_see_their_index_and_only_tower0_records():
+    seen = []
+
+    class Spy(MLP):
+        def build_graph(self, x, y):
+            ctx = get_current_tower_context()
+            seen.append((ctx.name, ctx.index, ctx.total, ctx.is_main_training_tower))
+            return super().build_graph(x, y)
+
+    t = SyncMultiGPUTrainerReplicated(2)
+    launch_train_with_config(TrainConfig(model=Spy(), dataflow=LinearData(), extra_callbacks=[], monitors=[],
+                                         max_epoch=1), t)
+    assert ("tower1", 1, 2, False) in seen and ("tower0", 0, 2, True) in seen
+    # accuracy is tower 0's own value, not a sum over towers
+    assert 0.0 <= t.last_step_outputs["accuracy"] <= 1.0
+
+
+def test_more_towers_than_devices_is_a_clear_error():
+    with pytest.raises(ValueError, match="only 4 logical CPU device"):
+        SyncMultiGPUTrainerReplicated(8)
+    with pytest.raises(ValueError, match="positive"):
+        SyncMultiGPUTrainerReplicated(0)
+
+
+def test_steps_per_epoch_counts_batches_per_tower():
+    t = _train(SyncMultiGPUTrainerReplicated([0, 1]), LinearData(num_batches=10), max_epoch=1)
+    assert t.steps_per_epoch == 5
