@@ -118,7 +118,7 @@ def test_scalar_printer_table_with_filters(tf, kt_log):  # noqa: F811
     tables = [m for m in kt_log.messages if m.startswith("Epoch ")]
     assert len(tables) == 2
     rows = [line.split() for line in tables[1].split("\n")[3:]]
-    assert [r[0] for r in rows] == ["acc", "cost"]  # cost_x2 is blacklisted, throughput not whitelisted
+    assert [r[0] for r in rows] == ["acc", "cost"]  # cost_x2 is blacklisted
     assert rows[0][1] == "0.2"
 
 
