@@ -186,6 +186,15 @@ def test_latest_checkpoint_edge_cases(tf, tmp_path, logdir):
     assert os.path.basename(latest_checkpoint(logdir)) == "checkpoint-4"
 
 
+def test_non_chief_worker_keeps_nothing(tf, logdir):
+    logger.set_logger_dir(logdir)
+    saver = ModelSaver()
+    tr = MiniTrainer([saver], steps_per_epoch=2, max_epoch=2, is_chief=False, with_sync_counters=True).train()
+    assert ckpt_steps(logdir) == [] and tr.sync_calls == 2  # counters synced, nothing written
+    logger.unset_logger_dir()  # non-chief workers often have no log directory
+    MiniTrainer([ModelSaver()], steps_per_epoch=1, max_epoch=1, is_chief=False).train()
+
+
 def test_model_saver_needs_a_directory_and_a_checkpoint(tf):
     logger.unset_logger_dir()
     with pytest.raises(ValueError, match="ModelSaver needs a directory"):

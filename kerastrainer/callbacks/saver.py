@@ -189,15 +189,16 @@ class ModelSaver(Callback):
 
     # --- set-up ---------------------------------------------------------------------------------
     def _setup_graph(self):
+        if getattr(self.trainer, "checkpoint", None) is None:
+            raise ValueError("ModelSaver: the trainer has no `checkpoint` (a tf.train.Checkpoint) to save.")
+        if not self._is_writer():
+            return  # non-chief workers keep nothing (and often have no log directory)
         d = self._dir_arg or logger.get_logger_dir()
         if d is None:
             raise ValueError("ModelSaver needs a directory: call logger.set_logger_dir(...) first, "
                              "or pass ModelSaver(checkpoint_dir=...).")
-        if getattr(self.trainer, "checkpoint", None) is None:
-            raise ValueError("ModelSaver: the trainer has no `checkpoint` (a tf.train.Checkpoint) to save.")
         self.checkpoint_dir = os.path.abspath(d)
-        if self._is_writer():
-            os.makedirs(self.checkpoint_dir, exist_ok=True)
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
 
     def _is_writer(self) -> bool:
         return bool(getattr(self.trainer, "is_chief", True))
@@ -254,10 +255,11 @@ class ModelSaver(Callback):
     def save(self) -> Optional[str]:
         """Save now; returns the new checkpoint's path prefix (None on a non-chief worker)."""
         self._sync_counters()
+        gs = int(self.global_step)
         if not self._is_writer():
             self._save_as_non_chief()
+            self._last_saved_step = gs  # the same decisions as the chief at after_train
             return None
-        gs = int(self.global_step)
         name = f"{CHECKPOINT_PREFIX}-{gs}"
         final = os.path.join(self.checkpoint_dir, name)
         tmpdir = tempfile.mkdtemp(prefix=_TMP_DIR_PREFIX + f"{gs}-", dir=self.checkpoint_dir)
