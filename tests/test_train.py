@@ -286,3 +286,28 @@ def test_config_errors():
     with pytest.raises(ValueError, match="steps_per_epoch is unknown"):
         launch_train_with_config(quiet_config(model=MLP(), dataflow=DataFromGenerator(LinearData().__iter__),
                                               max_epoch=1), SimpleTrainer())
+
+
+def test_histograms_reach_tensorboard(logdir):
+    from kerastrainer.callbacks import TFEventWriter
+    from kerastrainer.tfutils import add_param_summary, add_tensor_summary
+
+    class WithSummaries(MLP):
+        def build_graph(self, x, y):
+            cost = super().build_graph(x, y)
+            add_param_summary((".*/W", ["histogram", "rms"]))
+            add_tensor_summary(x, ["histogram", "mean"], name="input_x")
+            return cost
+
+    logger.set_logger_dir(logdir, "d")
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=WithSummaries(), dataflow=LinearData(), max_epoch=2,
+                                          monitors=[TFEventWriter()]), t)
+    assert "param-summary/fc1/W/rms" in t.last_step_outputs and "input_x/mean" in t.last_step_outputs
+    events = [f for f in os.listdir(logdir) if f.startswith("events.out.tfevents")]
+    assert events
+    tags = set()
+    for e in tf.compat.v1.train.summary_iterator(os.path.join(logdir, events[0])):
+        for v in e.summary.value:
+            tags.add(v.tag)
+    assert {"param-summary/fc1/W", "param-summary/fc2/W", "input_x"} <= tags

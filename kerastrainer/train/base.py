@@ -145,6 +145,7 @@ class Trainer:
         tower = self.tower_func
         source = self.input
         summary_names = list(tower.summary_names)
+        histogram_names = list(tower.histogram_names)
         loss_scale = isinstance(opt, keras.optimizers.LossScaleOptimizer)
         scale = 1.0 / num_replicas if self.average else 1.0
 
@@ -162,34 +163,40 @@ class Trainer:
                 # only the main tower records summaries; the others add zeros to the sum
                 outs[n] = tf.cast(ctx.moving_summaries[n], tf.float32) if n in ctx.moving_summaries \
                     else tf.constant(0.0)
-            return grads, outs
+            hists = {n: ctx.tensor_summaries.get(n, tf.zeros([0])) for n in histogram_names}
+            return grads, outs, hists
 
         if self.jit_compile:
             forward_backward = tf.function(forward_backward, jit_compile=True)
 
         def replica_step(*feeds):
             inputs = list(feeds) if source.requires_feed else source.get_input_tensors()
-            grads, outs = forward_backward(*inputs)
+            grads, outs, hists = forward_backward(*inputs)
             pairs = [(g, v) for g, v in zip(self._reduce_gradients(list(grads)), variables) if g is not None]
             if not pairs:
                 raise ValueError("No gradient flows from the cost to any trainable variable.")
             opt.apply_gradients(pairs)
-            return outs
+            return outs, hists
 
         mean, total = tf.distribute.ReduceOp.MEAN, tf.distribute.ReduceOp.SUM
 
         def train_calls(k, *feeds):
             acc = {n: tf.constant(0.0) for n in ["cost"] + summary_names}
             first_bad = tf.constant(-1, tf.int64)
+            # histograms of the call's last step, from the main tower (replica 0)
+            # (an empty vector of unknown static length, so the loop may change its length)
+            hist = {n: tf.compat.v1.placeholder_with_default(tf.zeros([0]), shape=[None])
+                    for n in histogram_names}
             for i in tf.range(k):
-                per_replica = strategy.run(replica_step, args=feeds)
+                per_replica, per_replica_hist = strategy.run(replica_step, args=feeds)
                 step = {n: strategy.reduce(mean if n == "cost" else total, per_replica[n], axis=None)
                         for n in acc}
                 acc = {n: acc[n] + step[n] for n in acc}
+                hist = {n: strategy.experimental_local_results(per_replica_hist[n])[0] for n in histogram_names}
                 bad = tf.logical_not(tf.math.is_finite(step["cost"]))
                 first_bad = tf.where(tf.logical_and(first_bad < 0, bad), tf.cast(i, tf.int64), first_bad)
             kf = tf.cast(k, tf.float32)
-            return {n: v / kf for n, v in acc.items()}, first_bad
+            return {n: v / kf for n, v in acc.items()}, first_bad, hist
 
         return tf.function(train_calls)
 
@@ -254,7 +261,7 @@ class Trainer:
         feeds = self.input.next_feed() if self.input.requires_feed else []
         t0 = time.perf_counter()
         try:
-            outs, first_bad = self._train_fn(tf.constant(k, tf.int32), *feeds)
+            outs, first_bad, hists = self._train_fn(tf.constant(k, tf.int32), *feeds)
             outs = {n: float(v) for n, v in outs.items()}
             first_bad = int(first_bad)
         except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as e:
@@ -269,6 +276,10 @@ class Trainer:
         self.last_call_steps = k
         outs["_nonfinite_step"] = bad_step
         self.last_step_outputs = outs
+        if hists and self.local_step >= self.steps_per_epoch and self.monitors is not None:
+            for name, values in hists.items():
+                if values.shape[0]:
+                    self.monitors.put_histogram(name, values.numpy())
         return outs
 
     def setup_callbacks(self, callbacks: Sequence[Callback], monitors: Sequence[Callback]) -> None:
