@@ -1,24 +1,16 @@
 """DataFlows: composable data pipelines run in worker processes. No TensorFlow here.
 
-Each module lists its public names in ``__all__``; they are all re-exported.
+Every public name of the modules below is re-exported.
 """
-import importlib
+from . import base, common, dataset, image, imgaug, parallel, parallel_map, raw, remote, serialize
+from .base import *  # noqa: F401,F403
+from .common import *  # noqa: F401,F403
+from .image import *  # noqa: F401,F403
+from .parallel import *  # noqa: F401,F403
+from .parallel_map import *  # noqa: F401,F403
+from .raw import *  # noqa: F401,F403
+from .remote import *  # noqa: F401,F403
+from .serialize import *  # noqa: F401,F403
 
-__all__ = []
-
-# Order matters only for readability; every module is TF-free.
-for _m in ("base", "common", "raw", "serialize", "parallel", "parallel_map", "remote", "image"):
-    try:
-        _mod = importlib.import_module(f"{__name__}.{_m}")
-    except ModuleNotFoundError as _e:
-        if _e.name != f"{__name__}.{_m}":
-            raise
-        continue
-    for _n in getattr(_mod, "__all__", []):
-        globals()[_n] = getattr(_mod, _n)
-        __all__.append(_n)
-
-from . import dataset  # noqa: E402
-from . import imgaug  # noqa: E402
-
-__all__ += ["dataset", "imgaug"]
+__all__ = (base.__all__ + raw.__all__ + common.__all__ + serialize.__all__ + parallel.__all__
+           + parallel_map.__all__ + remote.__all__ + image.__all__ + ["dataset", "imgaug"])

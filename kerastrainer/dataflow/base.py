@@ -29,7 +29,14 @@ from typing import Any, Iterator
 from ..utils.rng import get_rng
 
 __all__ = ["DataFlow", "RNGDataFlow", "ProxyDataFlow", "DataFlowTerminated", "DataFlowReentrantGuard",
-           "is_dataflow"]
+           "DataFlowSizeUnknown", "is_dataflow"]
+
+
+class DataFlowSizeUnknown(NotImplementedError, TypeError):
+    """``len()`` of a DataFlow that does not know its size.
+
+    Also a TypeError, so that ``list(ds)`` (which asks for a length hint) still works.
+    """
 
 
 class DataFlowTerminated(BaseException):
@@ -68,7 +75,7 @@ class DataFlow(metaclass=ABCMeta):
 
     def __len__(self) -> int:
         """Number of datapoints of one iteration; raise NotImplementedError if unknown."""
-        raise NotImplementedError(f"{type(self).__name__} does not know its size")
+        raise DataFlowSizeUnknown(f"{type(self).__name__} does not know its size")
 
     def reset_state(self) -> None:
         """Initialise per-process state (RNG, forked workers); call once before iterating."""

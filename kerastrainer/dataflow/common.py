@@ -26,21 +26,13 @@ import numpy as np
 
 from ..utils import logger
 from ..utils.rng import get_rng
-from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, is_dataflow
+from .base import DataFlow, DataFlowReentrantGuard, DataFlowSizeUnknown, ProxyDataFlow, is_dataflow
 
 __all__ = ["BatchData", "BatchDataByShape", "MapData", "MapDataComponent", "FixedSizeData", "RepeatedData",
            "RepeatedDataPoint", "LocallyShuffleData", "ConcatData", "JoinData", "RandomChooseData",
            "RandomMixData", "SelectComponent", "CacheData", "PrintData", "TestDataSpeed"]
 
 _END = object()  # sentinel for next(iterator, _END)
-
-
-class _UnknownSize(NotImplementedError, TypeError):
-    """Raised by ``__len__`` when the size is unknown.
-
-    Also a TypeError so that ``list(ds)`` (which asks ``len()`` for a length hint
-    and ignores only TypeError) still works on DataFlows of unknown size.
-    """
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,16 +55,16 @@ def _size_of(ds: Any) -> int:
     """``len(ds)``, or ``ds.size()`` for old tensorpack DataFlows; NotImplementedError when unknown."""
     try:
         return len(ds)
-    except _UnknownSize:
+    except DataFlowSizeUnknown:
         raise
     except NotImplementedError as e:  # from a DataFlow of another library: keep list(ds) working
-        raise _UnknownSize(str(e) or f"{type(ds).__name__} does not know its size") from None
+        raise DataFlowSizeUnknown(str(e) or f"{type(ds).__name__} does not know its size") from None
     except TypeError:  # no __len__ at all
         pass
     size = getattr(ds, "size", None)
     if callable(size):
         return int(size())
-    raise _UnknownSize(f"{type(ds).__name__} does not know its size")
+    raise DataFlowSizeUnknown(f"{type(ds).__name__} does not know its size")
 
 
 def _try_size(ds: Any) -> Optional[int]:
@@ -325,7 +317,7 @@ class BatchDataByShape(BatchData):
         self._holder = {}
 
     def __len__(self) -> int:
-        raise _UnknownSize("BatchDataByShape does not know how many batches the shapes will make")
+        raise DataFlowSizeUnknown("BatchDataByShape does not know how many batches the shapes will make")
 
     def __iter__(self) -> Iterator[Any]:
         with self._guard:
@@ -485,7 +477,7 @@ class RepeatedData(ProxyDataFlow):
 
     def __len__(self) -> int:
         if self.num == -1:
-            raise _UnknownSize("RepeatedData(num=-1) is infinite")
+            raise DataFlowSizeUnknown("RepeatedData(num=-1) is infinite")
         return _size_of(self.ds) * self.num
 
     def __iter__(self) -> Iterator[Any]:
@@ -697,7 +689,7 @@ class JoinData(_MultiDataFlow):
             size = _try_size(d)
             if size is not None:
                 return size
-        raise _UnknownSize("JoinData: none of the joined DataFlows knows its size")
+        raise DataFlowSizeUnknown("JoinData: none of the joined DataFlows knows its size")
 
     def __iter__(self) -> Iterator[Any]:
         itrs = [iter(d) for d in self.df_lists]
@@ -770,7 +762,7 @@ class RandomChooseData(_MultiDataFlow):
         self.rng = get_rng(self)
 
     def __len__(self) -> int:
-        raise _UnknownSize("RandomChooseData ends when a chosen DataFlow runs out, so its size is unknown")
+        raise DataFlowSizeUnknown("RandomChooseData ends when a chosen DataFlow runs out, so its size is unknown")
 
     def __iter__(self) -> Iterator[Any]:
         if self.rng is None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..utils.rng import get_rng
 from .base import DataFlow, RNGDataFlow
-from .common import _UnknownSize
+from .base import DataFlowSizeUnknown
 
 __all__ = ["DataFromList", "DataFromGenerator", "DataFromIterable", "FakeData"]
 
@@ -90,7 +90,7 @@ class DataFromGenerator(DataFlow):
 
     def __len__(self) -> int:
         if self._size is None:
-            raise _UnknownSize("DataFromGenerator was built without size=, so its length is unknown")
+            raise DataFlowSizeUnknown("DataFromGenerator was built without size=, so its length is unknown")
         return self._size
 
     def __iter__(self) -> Iterator[Any]:
@@ -133,7 +133,7 @@ class DataFromIterable(DataFlow):
 
     def __len__(self) -> int:
         if self._len is None:
-            raise _UnknownSize(f"{type(self._itr).__name__} has no length")
+            raise DataFlowSizeUnknown(f"{type(self._itr).__name__} has no length")
         return self._len
 
     def __iter__(self) -> Iterator[Any]:
