@@ -463,3 +463,25 @@ def test_regularize_cost_inference_and_no_match(store):
             regularize_cost("(", l2_regularizer(1.0))
     with tower(store, "", training=False):
         assert float(regularize_cost(".*", l2_regularizer(1.0))) == 0.0
+
+
+@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"),
+                    reason="TensorFlow has no NCHW conv/pool kernels on CPU")
+def test_channels_first_matches_channels_last_on_gpu(store):
+    x = rand(2, 8, 8, 3)
+    x_nchw = tf.transpose(x, [0, 3, 1, 2])
+
+    def net(x, suffix):
+        return (LinearWrap(x).Conv2D("c" + suffix, 4, 3, strides=2).BatchNorm("bn" + suffix)
+                .MaxPooling("p", 2).Conv2DTranspose("up" + suffix, 2, 3, strides=2)
+                .GlobalAvgPooling("gap")())
+
+    with tower(store, name="", training=False):
+        last = net(x, "")
+        with argscope([Conv2D, Conv2DTranspose, BatchNorm, MaxPooling, GlobalAvgPooling],
+                      data_format="channels_first"):
+            net(x_nchw, "_nchw")  # build, then copy the NHWC layers' weights (same layouts)
+            for name in ("c", "bn", "up"):
+                store.layers[name + "_nchw"].set_weights(store.layers[name].get_weights())
+            first = net(x_nchw, "_nchw")
+    np.testing.assert_allclose(first.numpy(), last.numpy(), rtol=1e-4, atol=1e-5)
