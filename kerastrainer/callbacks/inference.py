@@ -34,6 +34,18 @@ class Inferencer:
     While the runner iterates, ``self.batch_size`` is the current batch's size
     (the first dimension of the first input), or None when it cannot be told.
     ``self.trainer`` is set by the runner.
+
+    Example::
+
+        class MaxProb(Inferencer):
+            def _get_fetches(self):
+                return ['prob']
+            def _before_inference(self):
+                self.best = 0.0
+            def _on_fetches(self, results):
+                self.best = max(self.best, float(results[0].max()))
+            def _after_inference(self):
+                return {'validation_max_prob': self.best}
     """
 
     trainer = None

@@ -33,6 +33,17 @@ class HyperParam:
 
     Subclasses implement ``set_value(v)`` and ``get_value()``, and may use
     ``setup_graph(trainer)`` to find what they set.
+
+    Example::
+
+        class DropRate(HyperParam):
+            _readable_name = 'drop_rate'
+            def __init__(self, layer):
+                self.layer = layer
+            def set_value(self, v):
+                self.layer.rate = v
+            def get_value(self):
+                return self.layer.rate
     """
 
     def setup_graph(self, trainer) -> None:
@@ -132,6 +143,12 @@ class HyperParamSetter(Callback):
 
     Args:
         param: a :class:`HyperParam`, or a variable name (a :class:`GraphVarParam`).
+
+    Example::
+
+        class WarmRestart(HyperParamSetter):
+            def _get_value_to_set(self):      # 0.1 at the start of every 10 epochs
+                return 0.1 if self.trainer.epoch_num % 10 == 0 else None
     """
 
     _chief_only = False
@@ -159,7 +176,7 @@ class HyperParamSetter(Callback):
         """The value to set before training; by default what ``_get_value_to_set`` says."""
         return self._get_value_to_set()
 
-    def _set(self, v, when: str) -> None:
+    def _set(self, v, when: str, quiet: bool = False) -> None:
         if v is None or _same(v, self._last_value):
             return
         old = None
@@ -170,7 +187,7 @@ class HyperParamSetter(Callback):
         self.param.set_value(v)
         self._last_value = v
         if not _same(old, v):
-            logger.info("[%s] %s: %s -> %s (%s).", type(self).__name__, self.param.readable_name,
+            (logger.debug if quiet else logger.info)("[%s] %s: %s -> %s (%s).", type(self).__name__, self.param.readable_name,
                         _fmt(old), _fmt(v), when)
 
     def _before_train(self):
@@ -296,7 +313,10 @@ class ScheduledHyperParamSetter(HyperParamSetter):
 
     def _trigger_step(self):
         if self.step_based:
-            self._set(self._get_value_to_set(), f"after global step {self.global_step}")
+            gs = int(self.global_step)
+            # interpolated updates happen ~100 times per segment: log only the schedule's points
+            on_point = any(e == gs for e, _ in self.schedule)
+            self._set(self._get_value_to_set(), f"after global step {gs}", quiet=not on_point)
 
     def steps_to_next_trigger(self) -> Optional[int]:
         if not self.step_based:
