@@ -40,7 +40,8 @@ def launch_train_with_config(config: TrainConfig, trainer: Trainer) -> Trainer:
         logger.warning("No log directory is set (logger.set_logger_dir): checkpoints and stats files "
                        "will not be written.")
     trainer.setup_graph(config.model, source)
-    steps = resolve_steps_per_epoch(config, source, trainer.num_replicas)
+    # each process's DataFlow feeds only its own towers (multi-worker trainers have fewer local ones)
+    steps = resolve_steps_per_epoch(config, source, getattr(trainer, "num_local_replicas", trainer.num_replicas))
     trainer.train(config.callbacks + config.extra_callbacks, config.monitors, config.session_init,
                   steps, config.starting_epoch, config.max_epoch)
     return trainer
