@@ -78,7 +78,7 @@ class CheckpointInit(SessionInit):
             ckpt = tf.train.Checkpoint(model=target.checkpoint.model)
         try:
             status = ckpt.read(self.path)
-        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+        except (tf.errors.OpError, IndexError, OSError) as e:
             raise CheckpointLoadError(
                 f"Checkpoint '{self.path}' is corrupt or not a TF2 checkpoint ({type(e).__name__}: "
                 f"{str(e).splitlines()[0]}). Load an earlier checkpoint of the directory.") from e

@@ -1,0 +1,75 @@
+"""Loading weights: npz by name, checkpoints, and the errors for bad files."""
+import os
+
+import numpy as np
+import pytest
+
+from _models import MLP, LinearData, weights_of
+from kerastrainer.callbacks import ModelSaver
+from kerastrainer.predict import OfflinePredictor, PredictConfig
+from kerastrainer.tfutils import CheckpointLoadError, SmartInit
+from kerastrainer.train import SimpleTrainer, TrainConfig, launch_train_with_config
+from kerastrainer.utils import logger
+
+
+def _train(logdir, epochs=1, session_init=None, model=None):
+    logger.set_logger_dir(logdir, "d")
+    t = SimpleTrainer()
+    launch_train_with_config(TrainConfig(model=model or MLP(), dataflow=LinearData(), callbacks=[ModelSaver()],
+                                         extra_callbacks=[], monitors=[], session_init=session_init,
+                                         max_epoch=epochs), t)
+    logger.unset_logger_dir()
+    return t
+
+
+def test_npz_loads_by_name_and_warns_about_the_rest(tmp_path, caplog):
+    t = _train(str(tmp_path / "a"))
+    w = weights_of(t)
+    path = str(tmp_path / "w.npz")
+    np.savez(path, **{"fc1/W": w["fc1/W"], "fc1/b": w["fc1/b"], "unused/W": np.zeros(3)})
+    pred = OfflinePredictor(PredictConfig(model=MLP(), session_init=path, input_names=["x"],
+                                          output_names=["prob"]))
+    loaded = pred._target.named_variables()
+    np.testing.assert_array_equal(loaded["fc1/W"].numpy(), w["fc1/W"])
+    assert not np.array_equal(loaded["fc2/W"].numpy(), w["fc2/W"])  # not in the file: initial value
+
+
+def test_npz_shape_mismatch_is_an_error(tmp_path):
+    path = str(tmp_path / "w.npz")
+    np.savez(path, **{"fc1/W": np.zeros((3, 3), "float32")})
+    with pytest.raises(CheckpointLoadError, match="'fc1/W' has shape \\(8, 16\\) in the model but \\(3, 3\\)"):
+        OfflinePredictor(PredictConfig(model=MLP(), session_init=path, output_names=["prob"]))
+
+
+def test_missing_files_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.npz"):
+        SmartInit(str(tmp_path / "nope.npz"))
+    with pytest.raises(FileNotFoundError, match="No checkpoint in directory"):
+        SmartInit(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="missing"):
+        SmartInit(str(tmp_path / "checkpoint-5"))
+
+
+def test_checkpoint_of_another_shape_is_an_error(tmp_path):
+    _train(str(tmp_path / "a"))
+    with pytest.raises(CheckpointLoadError, match="does not fit the model"):
+        OfflinePredictor(PredictConfig(model=MLP(dim=5), session_init=str(tmp_path / "a"), input_names=["x"],
+                                       output_names=["prob"]))
+
+
+def test_corrupt_checkpoint_is_an_error(tmp_path):
+    _train(str(tmp_path / "a"))
+    prefix = SmartInit(str(tmp_path / "a")).path
+    with open(prefix + ".data-00000-of-00001", "r+b") as f:
+        f.truncate(10)
+    with pytest.raises(CheckpointLoadError, match="corrupt"):
+        OfflinePredictor(PredictConfig(model=MLP(), session_init=prefix, output_names=["prob"]))
+
+
+def test_session_init_continues_from_a_checkpoint(tmp_path):
+    t1 = _train(str(tmp_path / "a"), epochs=2)
+    t2 = _train(str(tmp_path / "b"), epochs=0, session_init=str(tmp_path / "a"))
+    for k, v in weights_of(t1).items():
+        np.testing.assert_array_equal(weights_of(t2)[k], v)
+    assert t2.global_step == t1.global_step
+    assert os.path.isdir(str(tmp_path / "b"))
