@@ -281,6 +281,17 @@ def test_group_stop_training_lets_the_rest_of_the_hook_run(tf):
     assert after.events("after_train") == [(2, 10)]
 
 
+def test_group_after_train_runs_every_member_despite_errors(tf):
+    def boom(cb):
+        raise OSError("disk gone")
+    rec = Recorder()
+    pb = ProgressBar()
+    tr = MiniTrainer([CallbackFactory(after_train=boom), pb, rec], steps_per_epoch=2, max_epoch=1)
+    with pytest.raises(OSError, match="disk gone"):
+        tr.train()
+    assert rec.events("after_train") == [(1, 2)] and pb._bar is None
+
+
 def test_group_logs_slowest_callbacks(tf, kt_log, monkeypatch):
     # a fake clock: the "slow" callback advances it by 2 s per hook; no real waiting
     clock = [0.0]

@@ -37,7 +37,9 @@ class Callbacks(Callback):
 
     If a member raises :class:`StopTraining`, the remaining members of that hook
     still run (so that monitors still write the epoch's statistics) and the
-    ``StopTraining`` is raised again afterwards. Any other exception propagates at once.
+    ``StopTraining`` is raised again afterwards. Any other exception propagates at
+    once, except in ``after_train``: there every member runs (to close files and
+    progress bars), and the first error is raised at the end.
 
     ``steps_to_next_trigger()`` is the smallest request of the members, or None.
     """
@@ -98,7 +100,20 @@ class Callbacks(Callback):
         self._run("trigger")
 
     def _after_train(self):
-        self._run("after_train")
+        # clean-up hook: every member runs even if an earlier one fails; the first error is raised
+        first: Optional[BaseException] = None
+        for cb in self.cbs:
+            try:
+                cb.after_train()
+            except StopTraining:
+                pass
+            except Exception as e:
+                if first is None:
+                    first = e
+                else:
+                    logger.error("%s.after_train failed too: %r", cb, e)
+        if first is not None:
+            raise first
 
     def steps_to_next_trigger(self) -> Optional[int]:
         best = None
