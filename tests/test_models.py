@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from kerastrainer.models import (AvgPooling, BatchNorm, BNReLU, ConcatWith, Conv2D, Conv2DTranspose,
                                  Dropout, FullyConnected, GlobalAvgPooling, InstanceNorm, LayerNorm,
-                                 LinearWrap, MaxPooling, PReLU, argscope, get_arg_scope, keras_layer,
+                                 LinearWrap, MaxPooling, PReLU, argscope, enable_argscope_for_function,
+                                 get_arg_scope, keras_layer,
                                  l1_regularizer, l2_regularizer, layer_register, regularize_cost,
                                  regularize_cost_from_collection)
 from kerastrainer.tfutils.layer_store import LayerStore
@@ -485,3 +486,52 @@ def test_channels_first_matches_channels_last_on_gpu(store):
                 store.layers[name + "_nchw"].set_weights(store.layers[name].get_weights())
             first = net(x_nchw, "_nchw")
     np.testing.assert_allclose(first.numpy(), last.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_layers_under_mirrored_strategy_share_variables():
+    strategy = _mirrored(2)
+    store = LayerStore()
+
+    def tower_fn(x):
+        x = Conv2D("conv0", x, 4, 3, activation=BNReLU)
+        return FullyConnected("fc", GlobalAvgPooling("gap", x), 3)
+
+    with strategy.scope(), tower(store):
+        tower_fn(tf.zeros([1, 5, 5, 2]))  # the trainer's eager build pass
+    store.allow_create = False
+    before = store.named_variables()
+
+    def replica_fn(x):
+        rid = int(tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group))
+        with TowerContext(f"tower{rid}", is_training=True, index=rid, total=2, layer_store=store):
+            return tower_fn(x)
+
+    outs = tf.function(lambda x: strategy.run(replica_fn, args=(x,)))(tf.ones([2, 5, 5, 2]))
+    # a plain tensor goes whole to every replica
+    assert [o.shape for o in strategy.experimental_local_results(outs)] == [(2, 3), (2, 3)]
+    after = store.named_variables()
+    assert set(after) == set(before) and all(after[k] is before[k] for k in before)
+    assert isinstance(after["fc/W"].value, tf.distribute.DistributedValues)
+
+
+def test_enable_argscope_for_function_and_scopeless_layers(store):
+    def scale(x, factor=1.0, name=None):
+        return x * factor
+
+    scale = enable_argscope_for_function(scale, log_shape=False)
+
+    @layer_register(log_shape=False, use_scope=False)
+    def AddOne(x):
+        return x + 1.0
+
+    x = tf.ones([2])
+    with argscope(scale, factor=3.0):
+        np.testing.assert_allclose(scale(x).numpy(), [3.0, 3.0])
+        np.testing.assert_allclose(scale(x, factor=2.0).numpy(), [2.0, 2.0])
+    np.testing.assert_allclose(AddOne(x).numpy(), [2.0, 2.0])
+    np.testing.assert_allclose(LinearWrap(x).AddOne()().numpy(), [2.0, 2.0])
+    with pytest.raises(TypeError, match="takes no name"):
+        AddOne("a", x)
+    with pytest.raises(TypeError, match="scale has no argument 'facto'"):
+        with argscope(scale, facto=1):
+            pass
