@@ -1,0 +1,331 @@
+"""Shared pieces of the ImageNet examples: the data pipeline, the ResNet recipe, the flags.
+
+Used by ``imagenet-resnet.py`` (ModelDesc), ``imagenet-resnet-keras.py`` (KerasModel)
+and ``bench/resnet50.py``.
+
+Data pipeline (the fast one):
+
+- training: each of ``num_proc`` worker processes lists the training files, shuffles
+  them, decodes each JPEG with OpenCV, augments it (fb.resnet.torch's recipe, with the
+  colour jitter fused into one pass, see :class:`FusedColorJitter`) and batches the
+  uint8 images *in the worker*; whole uint8 batches cross the process boundary
+  (``MultiProcessRunnerZMQ``), 4x fewer bytes than float32 and one message per batch;
+- validation: a parallel map (``MultiProcessMapDataZMQ``, strict: exactly one pass)
+  resizes and centre-crops, then batches;
+- conversion to float and normalisation happen on the device, in the tower
+  (:func:`image_preprocess`), so the input spec is ``uint8`` NHWC (BGR, OpenCV's order).
+
+The recipe (Goyal et al., "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour"):
+learning rate 0.1 per 256 images of total batch, a linear warm-up over the first 5
+epochs (from 0.1, when the scaled rate is larger), x0.1 at epochs 30, 60 and 80 of 90,
+SGD with Nesterov momentum 0.9, weight decay 1e-4 on conv and FC weights only.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Callable, Optional, Sequence
+
+import cv2
+import numpy as np
+
+from kerastrainer.dataflow import (BatchData, DataFlow, MapData, MultiProcessMapDataZMQ,
+                                   MultiProcessRunnerZMQ, imgaug)
+from kerastrainer.dataflow.dataset import ILSVRC12Files
+
+NUM_CLASSES = 1000
+# ImageNet's per-channel mean and std on the [0, 1] scale, RGB order (torchvision's numbers)
+MEAN_RGB = np.array([0.485, 0.456, 0.406], np.float32)
+STD_RGB = np.array([0.229, 0.224, 0.225], np.float32)
+# cv2.COLOR_BGR2GRAY's weights, BGR order: the grey image Contrast and Saturation use
+_GRAY_BGR = np.array([0.114, 0.587, 0.299], np.float32)
+TRAIN_IMAGES = 1281167
+
+
+# ---------------------------------------------------------------------------------------
+# augmentation
+# ---------------------------------------------------------------------------------------
+
+class FusedColorJitter(imgaug.ImageAugmentor):
+    """fb.resnet.torch's colour jitter, applied to a uint8 BGR image in one pass.
+
+    The same random transform as ``ToFloat32`` -> ``RandomOrderAug([BrightnessScale,
+    Contrast(rgb=False), Saturation(rgb=False), Lighting])`` (all unclipped) ->
+    ``ToUint8`` of :func:`kerastrainer.dataflow.imgaug.fbresnet_augmentor`, computed
+    another way: each of the four operations is an affine map of a pixel's colour
+    (``x -> M x + b``; contrast's grey mean is the same affine map of the image's mean
+    colour), so their composition in the drawn order is one 3x4 matrix, applied with
+    ``cv2.transform`` on the uint8 image (which rounds and saturates to [0, 255]).
+    That is one pass over uint8 pixels instead of about ten over float32 copies.
+
+    Example::
+
+        augs = [imgaug.GoogleNetRandomCropAndResize(target_shape=224), FusedColorJitter(), imgaug.Flip(horiz=True)]
+    """
+
+    def __init__(self, brightness=(0.6, 1.4), contrast=(0.6, 1.4), saturation: float = 0.4,
+                 lighting_std: float = 0.1):
+        super().__init__()
+        self.brightness = tuple(float(v) for v in brightness)
+        self.contrast = tuple(float(v) for v in contrast)
+        self.saturation = float(saturation)
+        self.lighting_std = float(lighting_std)
+        light = imgaug.Lighting(lighting_std, bgr=True)  # ImageNet's colour PCA, BGR order, [0, 255] scale
+        self._eigval, self._eigvec = light.eigval.astype(np.float64), light.eigvec.astype(np.float64)
+
+    def draw_ops(self) -> list:
+        """The random operations of one image, in their drawn order: ``[(name, value), ...]``."""
+        rng = self.rng
+        ops = []
+        for op in rng.permutation(4):
+            if op == 0:
+                ops.append(("brightness", rng.uniform(*self.brightness)))
+            elif op == 1:
+                ops.append(("contrast", rng.uniform(*self.contrast)))
+            elif op == 2:
+                ops.append(("saturation", 1.0 + rng.uniform(-self.saturation, self.saturation)))
+            else:
+                ops.append(("lighting", rng.randn(3) * self.lighting_std))
+        return ops
+
+    def compose(self, ops, mean_bgr) -> np.ndarray:
+        """The 3x4 affine colour map of ``ops`` for an image whose mean colour is ``mean_bgr``."""
+        m, b = np.eye(3), np.zeros(3)
+        mean = np.asarray(mean_bgr, np.float64)[:3]
+        gray = _GRAY_BGR.astype(np.float64)
+        for name, value in ops:
+            if name == "brightness":    # x * a
+                m, b = m * value, b * value
+            elif name == "contrast":    # (x - g) * r + g, g: the grey mean of the current image
+                g = float(gray @ (m @ mean + b))
+                m, b = m * value, b * value + (1.0 - value) * g
+            elif name == "saturation":  # v x + (1 - v) grey(x)
+                s = value * np.eye(3) + (1.0 - value) * np.outer(np.ones(3), gray)
+                m, b = s @ m, s @ b
+            else:                       # PCA lighting: x + eigvec @ (alpha * eigval)
+                b = b + self._eigvec @ (np.asarray(value) * self._eigval)
+        return np.hstack([m, b[:, None]]).astype(np.float32)
+
+    def get_transform(self, img):
+        if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
+            raise ValueError(f"FusedColorJitter needs a uint8 HxWx3 BGR image, got {img.dtype} {img.shape}.")
+        mat = self.compose(self.draw_ops(), cv2.mean(img)[:3])
+        return imgaug.PhotometricTransform(lambda im: cv2.transform(im, mat), "FusedColorJitter")
+
+
+def fbresnet_fast_augmentor(is_training: bool, image_size: int = 224, interp: int = cv2.INTER_CUBIC):
+    """fb.resnet.torch's augmentation (as ``imgaug.fbresnet_augmentor``), colour jitter fused.
+
+    Training: Inception-style random crop (8-100% of the area, aspect 3/4-4/3) resized
+    to ``image_size``, fused colour jitter, random horizontal flip. Evaluation: the
+    shorter side resized to ``image_size * 256 / 224``, central crop. uint8 in, uint8 out.
+    """
+    if is_training:
+        return [imgaug.GoogleNetRandomCropAndResize(target_shape=image_size, interp=interp),
+                FusedColorJitter(), imgaug.Flip(horiz=True)]
+    return imgaug.fbresnet_augmentor(False, interp=interp, image_size=image_size)
+
+
+class _DecodeAugment:
+    """``[file name, label] -> [uint8 image, int32 label]``: decode with OpenCV, augment.
+
+    A picklable callable (not a closure), so worker processes can receive it either way.
+    """
+
+    def __init__(self, augmentors):
+        self.augs = imgaug.AugmentorList(augmentors)
+
+    def __call__(self, dp):
+        fname, label = dp
+        img = cv2.imread(fname, cv2.IMREAD_COLOR)
+        if img is None:
+            raise ValueError(f"Cannot decode image '{fname}' (missing, unreadable or not an image).")
+        return [self.augs.augment(img), np.int32(label)]
+
+
+def default_num_workers() -> int:
+    return max(1, min(40, os.cpu_count() or 1))
+
+
+def _meta_dir(datadir: str, meta_dir: Optional[str]) -> Optional[str]:
+    # the meta files (synsets.txt, val.txt) usually sit next to train/ and val/
+    if meta_dir is None and os.path.isfile(os.path.join(datadir, "synsets.txt")):
+        return datadir
+    return meta_dir
+
+
+def get_imagenet_dataflow(datadir: str, name: str, batch_size: int, image_size: int = 224,
+                          num_proc: Optional[int] = None, meta_dir: Optional[str] = None,
+                          shard: Optional[Callable[[list], list]] = None):
+    """The DataFlow of uint8 ``[images (B, S, S, 3) BGR, labels (B,) int32]`` batches.
+
+    Args:
+        datadir: the ILSVRC12 root (``train/<wnid>/*.JPEG``, ``val/``).
+        name: ``'train'`` (shuffled, augmented, runs forever in ``num_proc`` workers,
+            each batching its own images) or ``'val'`` (one exact pass, in order of
+            completion, the last batch may be short).
+        meta_dir: the folder of ``synsets.txt`` / ``val.txt``; default: ``datadir`` when
+            it holds them, else the library's default (``$KERASTRAINER_DATASETS``...).
+        shard: for multi-worker training, a function that takes the split's list of
+            ``(file, label)`` and returns this worker's share (e.g. ``cluster.shard_list``).
+    """
+    num_proc = default_num_workers() if num_proc is None else int(num_proc)
+    is_train = name == "train"
+    augmentors = fbresnet_fast_augmentor(is_train, image_size)
+    src = ILSVRC12Files(datadir, name, meta_dir=_meta_dir(datadir, meta_dir), shuffle=is_train)
+    if shard is not None:
+        src.imglist = list(shard(src.imglist))
+    if is_train:
+        ds = MapData(src, _DecodeAugment(augmentors))
+        ds = BatchData(ds, batch_size, remainder=False)
+        return MultiProcessRunnerZMQ(ds, num_proc=num_proc, hwm=max(4, 64 // max(1, batch_size // 8)))
+    ds = MultiProcessMapDataZMQ(src, num_proc=num_proc, map_func=_DecodeAugment(augmentors),
+                                buffer_size=min(1000, max(4 * num_proc, 2 * batch_size)), strict=True)
+    return BatchData(ds, batch_size, remainder=True)
+
+
+def count_images(datadir: str, name: str, meta_dir: Optional[str] = None) -> int:
+    return len(ILSVRC12Files(datadir, name, meta_dir=_meta_dir(datadir, meta_dir), shuffle=False))
+
+
+class FakeImageNetData(DataFlow):
+    """Random uint8 batches (a pool of ``pool`` distinct ones, cycled), forever: ``--fake``.
+
+    No files, no decoding: measures the model and the input path (queue, uint8 to
+    the device), not the JPEG pipeline.
+    """
+
+    def __init__(self, batch_size: int, image_size: int = 224, num_classes: int = NUM_CLASSES,
+                 size: int = 1000, pool: int = 4, seed: int = 0):
+        self.batch_size, self.image_size, self.num_classes = batch_size, image_size, num_classes
+        self.size, self.pool_size, self.seed = int(size), int(pool), seed
+        self._pool = None
+
+    def reset_state(self):
+        rng = np.random.RandomState(self.seed)
+        shape = (self.batch_size, self.image_size, self.image_size, 3)
+        self._pool = [[rng.randint(0, 256, shape, dtype=np.uint8),
+                       rng.randint(0, self.num_classes, (self.batch_size,)).astype(np.int32)]
+                      for _ in range(self.pool_size)]
+
+    def __len__(self):
+        return self.size
+
+    def __iter__(self):
+        for i in range(self.size):
+            yield self._pool[i % self.pool_size]
+
+
+# ---------------------------------------------------------------------------------------
+# the recipe
+# ---------------------------------------------------------------------------------------
+
+def base_learning_rate(total_batch: int) -> float:
+    """Linear scaling: 0.1 per 256 images of total batch."""
+    return 0.1 * total_batch / 256.0
+
+
+def learning_rate_schedule(total_batch: int, steps_per_epoch: int, warmup_epochs: int = 5,
+                           decay_epochs: Sequence[int] = (30, 60, 80)):
+    """``(epoch schedule, step-based warm-up schedule or None)`` for ScheduledHyperParamSetter."""
+    base = base_learning_rate(total_batch)
+    epochs = [(0, base)] + [(e, base * 0.1 ** (i + 1)) for i, e in enumerate(decay_epochs)]
+    start = min(0.1, base)
+    warmup = None
+    if warmup_epochs > 0 and base > start:
+        warmup = [(0, start), (warmup_epochs * steps_per_epoch, base)]
+    return epochs, warmup
+
+
+def lr_callbacks(total_batch: int, steps_per_epoch: int, warmup_epochs: int = 5,
+                 decay_epochs: Sequence[int] = (30, 60, 80)):
+    """The learning-rate setters of the recipe (the warm-up one last, so it wins while warming up)."""
+    from kerastrainer import ScheduledHyperParamSetter
+    epochs, warmup = learning_rate_schedule(total_batch, steps_per_epoch, warmup_epochs, decay_epochs)
+    cbs = [ScheduledHyperParamSetter("learning_rate", epochs)]
+    if warmup is not None:
+        cbs.append(ScheduledHyperParamSetter("learning_rate", warmup, interp="linear", step_based=True))
+    return cbs
+
+
+def make_sgd(total_batch: int):
+    import keras
+    return keras.optimizers.SGD(learning_rate=base_learning_rate(total_batch), momentum=0.9, nesterov=True)
+
+
+# ---------------------------------------------------------------------------------------
+# tensors (TensorFlow is imported when these are called)
+# ---------------------------------------------------------------------------------------
+
+def image_preprocess(image):
+    """uint8 BGR NHWC -> float32, ``(x / 255 - mean) / std`` per channel, on the device.
+
+    One multiply-add per element (the constants are folded).
+    """
+    import tensorflow as tf
+    mean_bgr, std_bgr = MEAN_RGB[::-1], STD_RGB[::-1]
+    scale = tf.constant(1.0 / (255.0 * std_bgr), tf.float32)
+    offset = tf.constant(-mean_bgr / std_bgr, tf.float32)
+    return tf.cast(image, tf.float32) * scale + offset
+
+
+def wrong_vectors(logits, label):
+    """Per-sample float 0/1 vectors ``wrong-top1`` and ``wrong-top5`` (named tensors)."""
+    import tensorflow as tf
+    logits = tf.cast(logits, tf.float32)
+    out = []
+    for k in (1, 5):
+        k_eff = min(k, int(logits.shape[-1]))
+        hit = tf.math.in_top_k(targets=label, predictions=logits, k=k_eff)
+        out.append(tf.cast(tf.logical_not(hit), tf.float32, name=f"wrong-top{k}"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------------------
+
+def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags both ImageNet scripts take."""
+    parser.add_argument("--data", help="ILSVRC12 root: train/<wnid>/*.JPEG, val/, and the meta files")
+    parser.add_argument("--meta-dir", help="folder of synsets.txt / val.txt (default: --data when it "
+                                           "holds them, else the library's default)")
+    parser.add_argument("--fake", action="store_true", help="random uint8 data: no files (speed tests)")
+    parser.add_argument("--batch", type=int, default=64, help="batch per tower (per device)")
+    parser.add_argument("--gpus", type=int, default=1, help="towers on this machine")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
+    parser.add_argument("--xla", action="store_true", help="compile each step with XLA")
+    parser.add_argument("--load", help="weights to start from / to evaluate: a checkpoint or log dir")
+    parser.add_argument("--eval", action="store_true", help="evaluate --load on the val set and exit")
+    parser.add_argument("--epochs", type=int, default=90, help="the last epoch")
+    parser.add_argument("--steps-per-epoch", type=int,
+                        help="default: one pass over the training set (100 with --fake)")
+    parser.add_argument("--warmup-epochs", type=int, default=5)
+    parser.add_argument("--data-workers", type=int, default=None,
+                        help="decoding/augmenting processes (default: the number of CPUs, at most 40)")
+    parser.add_argument("--val-batch", type=int, default=None, help="validation batch (default: --batch)")
+    parser.add_argument("--logdir", help="default: train_log/<script>-d<depth>")
+    return parser
+
+
+def check_data_args(args) -> None:
+    if not args.fake and not args.data:
+        raise SystemExit("Give --data <ILSVRC12 root> (see examples/imagenet/README.md), or --fake.")
+    if args.eval and not args.load:
+        raise SystemExit("--eval needs --load <checkpoint or log dir>.")
+    if args.eval and args.fake:
+        raise SystemExit("--eval needs real validation data (--data), not --fake.")
+
+
+def steps_per_epoch_for(args, total_batch: int) -> int:
+    """``--steps-per-epoch``, or one pass over the training set at ``total_batch`` images a step."""
+    if args.steps_per_epoch:
+        return int(args.steps_per_epoch)
+    if args.fake:
+        return 100
+    return max(1, count_images(args.data, "train", args.meta_dir) // total_batch)
+
+
+def report_errors(wrong1: float, wrong5: float, count: int) -> str:
+    return f"Top-1 error: {wrong1 / count:.4f}   Top-5 error: {wrong5 / count:.4f}   ({count} images)"
