@@ -11,7 +11,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Sequence, Union
 
 import tensorflow as tf
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Callable, Union
+from typing import Callable
 
 import tensorflow as tf
 
