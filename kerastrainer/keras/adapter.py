@@ -1,0 +1,132 @@
+"""KerasModelDesc: a whole Keras model seen by the trainers as a ``ModelDesc``.
+
+The adapter's ``inputs()`` are the model's inputs followed by its targets (named,
+see :class:`~kerastrainer.keras.structure.ModelIO`); its tower function runs
+``model(x, training=ctx.is_training)`` in the tower context, computes the compiled
+loss plus ``sum(model.losses)`` (regularizers), records the loss and metrics with
+``add_moving_summary`` under Keras' log names, and returns the loss. Tensors are
+named for predictors and ``InferenceRunner``: ``'loss'``, each statistic (e.g.
+``'accuracy'``), and each output as ``'<output>_output'``.
+
+Its variables are the Keras model's: ``get_model_variables()`` holds the model (as
+``keras_model``), so checkpoints of ``ModelSaver`` save it, and on a multi-replica
+strategy the model's variables are moved into the strategy's scope when the
+trainer builds the model (:mod:`~kerastrainer.keras.variables`).
+
+Example::
+
+    desc = KerasModelDesc(model, io, objectives, keras.optimizers.Adam(1e-3))
+    launch_train_with_config(TrainConfig(model=desc, data=source, steps_per_epoch=100), SimpleTrainer())
+"""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+import keras
+import tensorflow as tf
+
+from ..tfutils.summary import add_moving_summary
+from ..tfutils.tower import get_current_tower_context
+from ..tfutils.tower_func import ModelVariables
+from ..train.model_desc import ModelDesc
+from .objectives import Objectives
+from .structure import ModelIO, _safe_name
+from .variables import place_on_strategy, rekey_optimizer, unique_variables
+
+__all__ = ["KerasModelDesc"]
+
+
+class KerasModelDesc(ModelDesc):
+    """The ModelDesc adapter of a compiled Keras model (see the module doc).
+
+    Args:
+        model: the ``keras.Model``, built (``KerasModel`` builds it on one batch first).
+        io: the model's flat inputs and targets.
+        objectives: the resolved losses and metrics.
+        optimizer: a Keras optimizer.
+    """
+
+    def __init__(self, model: keras.Model, io: ModelIO, objectives: Objectives, optimizer):
+        self._keras_model = model
+        self._io = io
+        self._objectives = objectives
+        self._keras_optimizer = optimizer
+        self._placed_on = None
+
+    @property
+    def keras_model(self) -> keras.Model:
+        return self._keras_model
+
+    @property
+    def io(self) -> ModelIO:
+        return self._io
+
+    @property
+    def stat_names(self) -> List[str]:
+        """``'loss'`` and the names of the other statistics the tower records."""
+        return ["loss"] + [_safe_name(n) for n in self._objectives.stat_names]
+
+    def output_tensor_name(self, output: str) -> str:
+        return _safe_name(f"{output}_output")
+
+    # --- ModelDesc --------------------------------------------------------------------------
+    def inputs(self) -> List[tf.TensorSpec]:
+        return self._io.signature
+
+    def compute(self, tensors: Sequence[tf.Tensor], training: bool):
+        """``(loss, {statistic: tensor}, {output: tensor})`` of one batch of flat inputs and targets.
+
+        Tensors are named: ``'loss'``, each statistic, and each output ``'<output>_output'``.
+        """
+        io = self._io
+        n_in = len(io.input_specs)
+        x = io.pack_inputs(tensors[:n_in])
+        y_true = dict(zip(io.target_outputs, tensors[n_in:]))
+        y_pred = io.outputs_by_name(self._keras_model(x, training=training))
+        y_pred = {name: tf.identity(t, name=self.output_tensor_name(name)) for name, t in y_pred.items()}
+        with tf.name_scope("objectives"):
+            total, stats = self._objectives.compute(y_true, y_pred)
+            extra = [tf.cast(t, tf.float32) for t in self._keras_model.losses]
+            if extra:
+                total = total + tf.add_n(extra)
+        loss = tf.identity(total, name="loss")
+        named = {_safe_name(n): tf.identity(v, name=_safe_name(n)) for n, v in stats.items()}
+        return loss, named, y_pred
+
+    def build_graph(self, *tensors):
+        ctx = get_current_tower_context()
+        training = bool(ctx.is_training) if ctx is not None else False
+        loss, stats, _ = self.compute(tensors, training)
+        # the loss itself is the trainer's 'cost' (averaged over replicas); Keras logs call it 'loss'
+        if stats:
+            add_moving_summary(*stats.values(), names=list(stats))
+        return loss
+
+    def optimizer(self):
+        return self._keras_optimizer
+
+    def get_optimizer(self):
+        # called by the trainer inside its strategy's scope: the optimizer must update
+        # variables through that strategy, and find its slots after they moved
+        opt = self._keras_optimizer
+        rekey_optimizer(opt)
+        return opt
+
+    def get_tower_function(self):
+        # called by the trainer inside its strategy's scope, before it builds anything
+        strategy = tf.distribute.get_strategy()
+        place_on_strategy(self._variables(), strategy)
+        self._placed_on = strategy
+        return super().get_tower_function()
+
+    def _variables(self) -> list:
+        opt = self._keras_optimizer
+        # the optimizer's step counter and learning rate exist before it is built
+        return unique_variables(list(self._keras_model.variables) + list(getattr(opt, "variables", [])))
+
+    def get_model_variables(self) -> ModelVariables:
+        mv = self.__dict__.get("_model_variables")
+        if mv is None:
+            mv = ModelVariables(self.layer_store, {"keras_model": self._keras_model})
+            self.__dict__["_model_variables"] = mv
+        return mv

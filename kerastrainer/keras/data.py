@@ -1,0 +1,312 @@
+"""Data for Keras users: numpy arrays, ``tf.data``, ``keras.utils.PyDataset`` or a DataFlow.
+
+:func:`as_keras_data` accepts what ``keras.Model.fit`` accepts and gives a
+:class:`KerasData`: global batches of ``(x, y)``. Once the model's flat signature
+is known (:class:`~kerastrainer.keras.structure.ModelIO`), ``make_input`` turns it
+into an InputSource for the trainer:
+
+- numpy arrays, a ``PyDataset`` or a DataFlow -> a DataFlow of flat batches ->
+  ``QueueInput``;
+- a ``tf.data.Dataset`` -> ``TFDatasetInput``.
+
+The batch is **global**: with N replicas each global batch is split into N
+per-replica batches (sizes differ by at most one when the batch does not divide
+evenly; a batch smaller than N is dropped). This is Keras' rule; ModelDesc
+trainers instead take one DataFlow batch per tower.
+
+Example::
+
+    data = as_keras_data((x_train, y_train), batch_size=64)
+    source, steps = data.make_input(io, num_replicas=2)
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, List, Optional, Tuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ..dataflow.base import DataFlow, ProxyDataFlow, RNGDataFlow, is_dataflow
+from ..input_source.base import InputSource
+from ..input_source.dataset import TFDatasetInput
+from ..input_source.queue import QueueInput
+from ..utils import logger
+
+__all__ = ["KerasData", "as_keras_data", "ArrayBatches", "SplitBatches", "PyDatasetFlow", "TFDatasetFlow"]
+
+DEFAULT_BATCH_SIZE = 32
+
+
+def _leaves(struct) -> list:
+    if isinstance(struct, dict):
+        return [v for k in struct for v in _leaves(struct[k])]
+    if isinstance(struct, (list, tuple)):
+        return [v for s in struct for v in _leaves(s)]
+    return [struct]
+
+
+def _map(fn: Callable, struct):
+    if isinstance(struct, dict):
+        return {k: _map(fn, v) for k, v in struct.items()}
+    if isinstance(struct, (list, tuple)):
+        return type(struct)(_map(fn, s) for s in struct) if isinstance(struct, tuple) else [_map(fn, s) for s in struct]
+    return fn(struct)
+
+
+class ArrayBatches(RNGDataFlow):
+    """Global batches ``(x, y)`` from in-memory arrays (x and y may be lists or dicts of arrays).
+
+    The last batch of an epoch is smaller when ``batch_size`` does not divide the
+    number of samples (as in ``keras.Model.fit``).
+
+    Example::
+
+        ds = ArrayBatches(x, y, batch_size=64, shuffle=True)
+    """
+
+    def __init__(self, x, y, batch_size: int = DEFAULT_BATCH_SIZE, shuffle: bool = True):
+        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int; got {batch_size!r}")
+        x = _map(np.asarray, x)
+        y = _map(np.asarray, y) if y is not None else None
+        sizes = {len(a) if a.ndim else -1 for a in _leaves(x) + (_leaves(y) if y is not None else [])}
+        if len(sizes) != 1 or -1 in sizes:
+            shapes = [a.shape for a in _leaves(x) + (_leaves(y) if y is not None else [])]
+            raise ValueError(f"The input arrays must all have the same number of samples (first dimension); "
+                             f"got shapes {shapes}.")
+        self.n = sizes.pop()
+        if self.n == 0:
+            raise ValueError("The input arrays hold no sample.")
+        self.x, self.y = x, y
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+
+    def __len__(self) -> int:
+        return int(math.ceil(self.n / self.batch_size))
+
+    def batch(self, idx):
+        x = _map(lambda a: a[idx], self.x)
+        return (x, _map(lambda a: a[idx], self.y)) if self.y is not None else (x,)
+
+    def __iter__(self):
+        order = np.arange(self.n)
+        if self.shuffle:
+            if self.rng is None:
+                self.reset_state()
+            self.rng.shuffle(order)
+        for s in range(0, self.n, self.batch_size):
+            idx = order[s:s + self.batch_size]
+            # contiguous slices are views: cheaper than fancy indexing
+            yield self.batch(slice(s, s + self.batch_size) if not self.shuffle else idx)
+
+
+class PyDatasetFlow(DataFlow):
+    """The batches of a ``keras.utils.PyDataset`` (or any ``keras.utils.Sequence``), in order.
+
+    ``on_epoch_end()`` of the PyDataset runs after each pass. Its own worker
+    settings are not used: batches are read in the input thread (wrap the
+    DataFlow in ``MultiProcessRunnerZMQ`` for parallel loading).
+    """
+
+    def __init__(self, pyds):
+        self.pyds = pyds
+
+    def __len__(self) -> int:
+        n = getattr(self.pyds, "num_batches", None)
+        return int(n) if n is not None else len(self.pyds)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            item = self.pyds[i]
+            yield tuple(item) if isinstance(item, (list, tuple)) else (item,)
+        end = getattr(self.pyds, "on_epoch_end", None)
+        if callable(end):
+            end()
+
+
+class TFDatasetFlow(DataFlow):
+    """A finite ``tf.data.Dataset`` read eagerly as a DataFlow of numpy datapoints (for validation)."""
+
+    def __init__(self, dataset: tf.data.Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        n = int(self.dataset.cardinality())
+        if n < 0:
+            raise NotImplementedError("the dataset's cardinality is unknown")
+        return n
+
+    def __iter__(self):
+        for elem in self.dataset.as_numpy_iterator():
+            yield elem
+
+
+class _FlatBatches(ProxyDataFlow):
+    """Flat ``[inputs..., targets...]`` lists from datapoints of any accepted form."""
+
+    def __init__(self, ds, flatten: Callable):
+        super().__init__(ds)
+        self.flatten = flatten
+
+    def __iter__(self):
+        for dp in self.ds:
+            yield [np.asarray(c) for c in self.flatten(dp)]
+
+
+class SplitBatches(ProxyDataFlow):
+    """Split each flat global batch into ``num_parts`` per-replica batches (Keras' global-batch rule).
+
+    Batches smaller than ``num_parts`` are dropped, with one warning.
+
+    Example::
+
+        ds = SplitBatches(ds, 2)    # a batch of 64 -> two batches of 32
+    """
+
+    def __init__(self, ds, num_parts: int):
+        super().__init__(ds)
+        self.num_parts = int(num_parts)
+        self._warned = False
+
+    def __len__(self) -> int:
+        return len(self.ds) * self.num_parts
+
+    def __iter__(self):
+        n = self.num_parts
+        for dp in self.ds:
+            size = len(dp[0])
+            if size < n:
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("A batch of %d samples cannot be split across %d replicas; it is skipped.",
+                                   size, n)
+                continue
+            bounds = [(i * size) // n for i in range(n + 1)]
+            for i in range(n):
+                yield [c[bounds[i]:bounds[i + 1]] for c in dp]
+
+
+class _Peeked(ProxyDataFlow):
+    """A DataFlow whose first datapoint was read to learn the data's shapes; it is yielded first."""
+
+    def __init__(self, ds):
+        super().__init__(ds)
+        self._reset = False
+        self._first = None
+        self._it = None
+
+    def reset_state(self):
+        if not self._reset:  # the wrapped DataFlow is reset once per process
+            self._reset = True
+            self.ds.reset_state()
+
+    def peek(self):
+        if self._first is None:
+            self.reset_state()
+            self._it = iter(self.ds)
+            try:
+                self._first = next(self._it)
+            except StopIteration:
+                raise ValueError(f"The DataFlow {type(self.ds).__name__} produced no datapoint.") from None
+        return self._first
+
+    def __iter__(self):
+        if self._it is not None:
+            it, first = self._it, self._first
+            self._it = None
+            yield first
+            yield from it
+            return
+        yield from self.ds
+
+
+def _split_dataset(ds: tf.data.Dataset, n: int) -> tf.data.Dataset:
+    """Each flat global batch -> ``n`` consecutive per-replica batches (batches smaller than n dropped)."""
+    ds = ds.filter(lambda *c: tf.shape(c[0], out_type=tf.int64)[0] >= n)
+    index = tf.data.Dataset.range(n)
+
+    def expand(*comps):
+        size = tf.shape(comps[0], out_type=tf.int64)[0]
+        return index.map(lambda i: tuple(c[(i * size) // n:((i + 1) * size) // n] for c in comps))
+
+    return ds.flat_map(expand)
+
+
+class KerasData:
+    """Data in one of the forms ``keras.Model.fit`` takes, as global batches of ``(x, y)``.
+
+    Use :func:`as_keras_data` to make one.
+    """
+
+    def __init__(self, kind: str, source, first, steps: Optional[int]):
+        self.kind = kind            # 'dataflow' or 'dataset'
+        self.source = source
+        self.first = first          # the first datapoint: (x, y) or a flat list / dict
+        self.steps = steps          # global batches in one pass, or None when unknown
+
+    def flat_dataflow(self, flatten: Callable) -> DataFlow:
+        """A DataFlow of flat numpy batches ``[inputs..., targets...]`` (global batches)."""
+        if self.kind == "dataset":
+            return _FlatBatches(TFDatasetFlow(self.source), flatten)
+        return _FlatBatches(self.source, flatten)
+
+    def make_input(self, flatten: Callable, num_replicas: int) -> Tuple[InputSource, Optional[int]]:
+        """``(InputSource, steps per epoch)``; each global batch is split over ``num_replicas``."""
+        if self.kind == "dataset":
+            ds = self.source.map(lambda *e: tuple(flatten(e if len(e) > 1 else e[0])))
+            if num_replicas > 1:
+                ds = _split_dataset(ds, num_replicas)
+            return TFDatasetInput(ds), self.steps
+        flow = _FlatBatches(self.source, flatten)
+        if num_replicas > 1:
+            flow = SplitBatches(flow, num_replicas)
+        return QueueInput(flow), self.steps
+
+
+def _dataflow_len(ds) -> Optional[int]:
+    try:
+        return int(len(ds))
+    except (TypeError, NotImplementedError):
+        return None
+
+
+def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool = True) -> KerasData:
+    """Wrap ``data`` (see the module doc). ``data`` may be ``(x, y)``, or ``x`` with ``y`` given apart.
+
+    ``batch_size`` applies to numpy arrays only (default 32); other sources are batched already.
+    """
+    if isinstance(data, KerasData):
+        return data
+    if isinstance(data, tf.data.Dataset):
+        _no_batch_size(batch_size, "a tf.data.Dataset")
+        first = next(iter(data.take(1)), None)
+        if first is None:
+            raise ValueError("The tf.data.Dataset is empty.")
+        n = int(data.cardinality())
+        return KerasData("dataset", data, _map(lambda t: t.numpy(), first), n if n >= 0 else None)
+    if isinstance(data, keras.utils.PyDataset):
+        _no_batch_size(batch_size, "a keras.utils.PyDataset")
+        flow = _Peeked(PyDatasetFlow(data))
+        return KerasData("dataflow", flow, flow.peek(), _dataflow_len(flow))
+    if is_dataflow(data):
+        _no_batch_size(batch_size, "a DataFlow")
+        flow = _Peeked(data)
+        return KerasData("dataflow", flow, flow.peek(), _dataflow_len(data))
+    if y is None and isinstance(data, tuple) and len(data) == 2:
+        data, y = data
+    if y is None:
+        raise TypeError(f"Cannot train on a {type(data).__name__}: give (x, y) numpy arrays, a tf.data.Dataset, "
+                        "a keras.utils.PyDataset or a DataFlow of (x, y) batches.")
+    try:
+        flow = ArrayBatches(data, y, batch_size or DEFAULT_BATCH_SIZE, shuffle=shuffle)
+    except TypeError as e:
+        raise TypeError(f"Cannot read the data as numpy arrays: {e}") from e
+    return KerasData("dataflow", flow, flow.batch(slice(0, flow.batch_size)), len(flow))
+
+
+def _no_batch_size(batch_size, what: str) -> None:
+    if batch_size is not None:
+        raise ValueError(f"batch_size applies to numpy arrays only; {what} is already batched. "
+                         "Leave batch_size out.")

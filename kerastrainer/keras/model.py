@@ -1,0 +1,305 @@
+"""KerasModel: train a whole ``keras.Model`` with kerastrainer's trainers.
+
+The model is the user's ``keras.Model``: it is trained in place, so afterwards
+``model.save('x.keras')``, ``model.predict`` and ``keras.models.load_model`` work
+as after ``keras.Model.fit``. Behind ``fit``, the compiled model becomes a
+:class:`~kerastrainer.keras.adapter.KerasModelDesc` and runs on any trainer
+(``SimpleTrainer`` by default, ``SyncMultiGPUTrainerReplicated(n)`` for several
+devices): the multi-step ``tf.function``, the in-graph input queue, kerastrainer
+callbacks and monitors, checkpoints.
+
+**Batches are global** (Keras' rule): with N replicas each batch of the data is
+split into N per-replica batches. ModelDesc trainers instead give each tower its
+own DataFlow batch (tensorpack's rule).
+
+Example::
+
+    def get_model():
+        return keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Conv2D(32, 3),
+                                 keras.layers.Flatten(), keras.layers.Dense(10)])
+
+    km = KerasModel(get_model, input=(x_train, y_train), trainer=SyncMultiGPUTrainerReplicated(2))
+    km.compile(keras.optimizers.Adam(1e-3),
+               keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=['accuracy'])
+    history = km.fit(validation_data=(x_test, y_test), max_epoch=5, batch_size=64,
+                     callbacks=[ModelSaver(), keras.callbacks.EarlyStopping('val_loss')])
+    km.model.save('mnist.keras')
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable, List, Optional, Sequence, Union
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ..callbacks.inference import ScalarStats
+from ..callbacks.inference_runner import InferenceRunner
+from ..train.base import Trainer
+from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, TrainConfig
+from ..train.interface import launch_train_with_config
+from ..train.trainers import SimpleTrainer
+from ..utils import logger
+from .adapter import KerasModelDesc
+from .callbacks import KerasCallback, wrap_keras_callbacks
+from .data import KerasData, as_keras_data
+from .objectives import Objectives
+from .structure import KerasSignatureError, ModelIO, flatten_xy
+from .variables import place_off_strategy, rekey_optimizer, unique_variables
+
+__all__ = ["KerasModel"]
+
+
+def _first_sample_batch(struct):
+    """The first sample of every array of a batch, keeping the batch axis."""
+    if isinstance(struct, dict):
+        return {k: _first_sample_batch(v) for k, v in struct.items()}
+    if isinstance(struct, (list, tuple)):
+        return [_first_sample_batch(v) for v in struct]
+    arr = np.asarray(struct)
+    if arr.dtype == np.float64:
+        arr = arr.astype(np.float32)
+    return arr[:1]
+
+
+def _split_xy(first, n_inputs_hint: Optional[int] = None):
+    """``(x, y)`` of a first datapoint that is ``(x, y)`` or a flat list (``n_inputs_hint`` inputs)."""
+    if isinstance(first, (list, tuple)) and len(first) == 2:
+        return first[0], first[1]
+    if isinstance(first, (list, tuple)) and n_inputs_hint is not None and len(first) > n_inputs_hint:
+        x = first[:n_inputs_hint]
+        y = first[n_inputs_hint:]
+        return (x[0] if len(x) == 1 else list(x)), (y[0] if len(y) == 1 else list(y))
+    raise KerasSignatureError(
+        f"Cannot tell inputs from targets in a datapoint of {len(first) if hasattr(first, '__len__') else '?'} "
+        "components: give (x, y) pairs, or a model whose inputs are declared (keras.Input) so that a flat "
+        "[inputs..., targets...] list can be split.")
+
+
+def _output_names(model: keras.Model, y_pred) -> (List[str], str):
+    if isinstance(y_pred, dict):
+        return list(y_pred), "dict"
+    if isinstance(y_pred, (list, tuple)):
+        names = list(getattr(model, "output_names", None) or [])
+        if len(names) != len(y_pred) or len(set(names)) != len(names):
+            names = [f"output_{i}" for i in range(len(y_pred))]
+        return names, "list"
+    names = list(getattr(model, "output_names", None) or [])
+    return ([names[0]] if len(names) == 1 else ["output"]), "single"
+
+
+class KerasModel:
+    """Train a ``keras.Model`` with a kerastrainer trainer (see the module doc).
+
+    Args:
+        get_model: a callable returning a ``keras.Model`` (tensorpack's convention), or
+            the model itself.
+        input_signature: ``tf.TensorSpec`` (s) of the model's inputs; inferred from the
+            model and the first batch when left out.
+        target_signature: ``tf.TensorSpec`` (s) of the targets, one per output with a
+            loss; inferred from the first batch when left out.
+        input: the training data: ``(x, y)`` numpy arrays, a ``tf.data.Dataset``, a
+            ``keras.utils.PyDataset`` or a DataFlow of ``(x, y)`` (or flat
+            ``[inputs..., targets...]``) batches. It can also be given to :meth:`fit`.
+        trainer: a kerastrainer Trainer (default ``SimpleTrainer()``). A trainer runs
+            one ``fit``; later ``fit`` calls use a fresh copy of the one given.
+    """
+
+    def __init__(self, get_model: Union[Callable[[], keras.Model], keras.Model], input_signature=None,
+                 target_signature=None, input=None, trainer: Optional[Trainer] = None):  # noqa: A002
+        if isinstance(get_model, keras.Model):
+            model = get_model
+        elif callable(get_model):
+            model = get_model()
+            if not isinstance(model, keras.Model):
+                raise TypeError(f"get_model() must return a keras.Model; it returned {type(model).__name__}.")
+        else:
+            raise TypeError(f"KerasModel needs a keras.Model or a function returning one; got "
+                            f"{type(get_model).__name__}.")
+        if trainer is not None and not isinstance(trainer, Trainer):
+            raise TypeError(f"trainer must be a kerastrainer Trainer instance (e.g. SimpleTrainer()); got "
+                            f"{type(trainer).__name__}.")
+        self.model = model
+        self.input_signature = input_signature
+        self.target_signature = target_signature
+        self.input = input
+        self._trainer_template = copy.deepcopy(trainer) if trainer is not None else None
+        self._compile_args = None
+        self._optimizer = None
+        self._objectives = None
+        self._io = None
+        self.trainer: Optional[Trainer] = None
+        self.history: Optional[keras.callbacks.History] = None
+
+    # --- compile ------------------------------------------------------------------------------
+    def compile(self, optimizer, loss, metrics=None, loss_weights=None) -> None:
+        """Like ``keras.Model.compile``: a Keras optimizer (or its name), the loss(es), the metrics.
+
+        Losses and metrics may be Keras objects, functions or strings; a list or dict
+        gives one per output.
+        """
+        opt = keras.optimizers.get(optimizer) if isinstance(optimizer, (str, dict)) else optimizer
+        if not isinstance(opt, keras.optimizers.Optimizer):
+            raise TypeError(f"compile(optimizer=...) needs a Keras optimizer or its name; got {type(optimizer).__name__}.")
+        if loss is None:
+            raise ValueError("compile(loss=...) is required.")
+        self._optimizer = opt
+        self._compile_args = dict(loss=loss, metrics=metrics, loss_weights=loss_weights)
+        self._objectives = None
+        self._io = None
+
+    # --- describing the model -----------------------------------------------------------------
+    def _prepare(self, data: KerasData) -> ModelIO:
+        """Build the model on one sample, learn its outputs, resolve losses, infer the signature."""
+        if self._compile_args is None:
+            raise RuntimeError("Call KerasModel.compile(optimizer, loss, ...) before fit/evaluate.")
+        if self._io is not None:
+            return self._io
+        model = self.model
+        hint = len(model.inputs) if getattr(model, "built", False) and getattr(model, "inputs", None) else None
+        x, y = _split_xy(data.first, hint)
+        x1 = _first_sample_batch(x)
+        # one forward pass on one sample builds an unbuilt model and shows its outputs
+        try:
+            y_pred = model(x1, training=False)
+        except (ValueError, TypeError) as e:
+            raise KerasSignatureError(f"The model cannot be called on the data's inputs: {e}") from e
+        out_names, out_kind = _output_names(model, y_pred)
+        objectives = Objectives(output_names=out_names, **self._compile_args)
+        io = ModelIO.from_model(model, x, y, out_names, out_kind, objectives.has_loss,
+                                self.input_signature, self.target_signature)
+        y_flat = io._flat_y(y)
+        y_true = {o: tf.convert_to_tensor(_first_sample_batch(t), dtype=s.dtype)
+                  for o, t, s in zip(io.target_outputs, y_flat, io.target_specs)}
+        objectives.resolve(y_true, io.outputs_by_name(y_pred))
+        self._objectives, self._io = objectives, io
+        return io
+
+    def _make_desc(self) -> KerasModelDesc:
+        return KerasModelDesc(self.model, self._io, self._objectives, self._optimizer)
+
+    def _new_trainer(self) -> Trainer:
+        if self._trainer_template is None:
+            return SimpleTrainer()
+        return copy.deepcopy(self._trainer_template)
+
+    @staticmethod
+    def _replicas(trainer: Trainer) -> int:
+        devices = getattr(trainer, "devices", None)
+        return len(devices) if devices else 1
+
+    # --- fit ---------------------------------------------------------------------------------
+    def fit(self, validation_data=None, steps_per_epoch: Optional[int] = None, max_epoch: Optional[int] = None,
+            callbacks: Optional[Sequence] = None, session_init=None, batch_size: Optional[int] = None,
+            epochs: Optional[int] = None, input=None, shuffle: bool = True,  # noqa: A002
+            validation_batch_size: Optional[int] = None, starting_epoch: int = 1,
+            extra_callbacks: Optional[Sequence] = None, monitors: Optional[Sequence] = None
+            ) -> keras.callbacks.History:
+        """Train; returns a ``keras.callbacks.History`` (per-epoch means of the statistics).
+
+        Args:
+            validation_data: evaluated after every epoch (``val_loss``, ``val_<metric>``),
+                in any form ``input`` takes.
+            steps_per_epoch: defaults to one pass over the data (when its length is known).
+            max_epoch: the last epoch (``epochs`` is the Keras name); default 1.
+            callbacks: kerastrainer callbacks and ``keras.callbacks`` objects, mixed.
+            session_init: weights to start from: a kerastrainer checkpoint (or its log
+                directory), or anything ``SmartInit`` takes.
+            batch_size: the global batch for numpy inputs (default 32).
+            input: the training data, if not given to the constructor.
+            starting_epoch: the number of the first epoch (``initial_epoch + 1`` in Keras).
+        """
+        if max_epoch is not None and epochs is not None and max_epoch != epochs:
+            raise ValueError("Give max_epoch or epochs, not both.")
+        max_epoch = max_epoch if max_epoch is not None else (epochs if epochs is not None else 1)
+        data_arg = input if input is not None else self.input
+        if data_arg is None:
+            raise ValueError("KerasModel.fit has no data: give input= to KerasModel(...) or to fit().")
+        data = as_keras_data(data_arg, batch_size=batch_size, shuffle=shuffle)
+        io = self._prepare(data)
+        trainer = self._new_trainer()
+        n_rep = self._replicas(trainer)
+        flatten = _flattener(io)
+        source, steps = data.make_input(flatten, n_rep)
+        if steps_per_epoch is None:
+            if steps is None:
+                raise ValueError("steps_per_epoch is unknown: the data does not know its length. Give "
+                                 "fit(steps_per_epoch=...).")
+            steps_per_epoch = steps
+        desc = self._make_desc()
+
+        cbs: List = []
+        if validation_data is not None:
+            val = as_keras_data(validation_data, batch_size=validation_batch_size or batch_size, shuffle=False)
+            cbs.append(InferenceRunner(val.flat_dataflow(flatten), ScalarStats(desc.stat_names, prefix="val")))
+        history = keras.callbacks.History()
+        user = wrap_keras_callbacks(callbacks, self.model)
+        # Keras callbacks after the validation so that their logs hold val_* statistics
+        cbs += [c for c in user if not isinstance(c, KerasCallback)]
+        cbs += [c for c in user if isinstance(c, KerasCallback)] + [KerasCallback(history, self.model)]
+
+        config = TrainConfig(model=desc, data=source, callbacks=cbs,
+                             extra_callbacks=extra_callbacks if extra_callbacks is not None else DEFAULT_CALLBACKS(),
+                             monitors=monitors if monitors is not None else DEFAULT_MONITORS(),
+                             session_init=session_init, steps_per_epoch=steps_per_epoch,
+                             starting_epoch=starting_epoch, max_epoch=max_epoch)
+        self.trainer = trainer
+        try:
+            launch_train_with_config(config, trainer)
+        finally:
+            self._release_strategy()
+        self.history = history
+        return history
+
+    def _release_strategy(self) -> None:
+        """Make the model plain Keras again (variables off the trainer's strategy)."""
+        variables = unique_variables(list(self.model.variables) + list(getattr(self._optimizer, "variables", [])))
+        if place_off_strategy(variables):
+            rekey_optimizer(self._optimizer)
+
+    # --- evaluate / predict --------------------------------------------------------------------
+    def evaluate(self, data=None, batch_size: Optional[int] = None, steps: Optional[int] = None) -> dict:
+        """Mean loss and metrics over the data (``{'loss': ..., 'accuracy': ...}``), in inference mode.
+
+        ``data`` takes the forms ``input`` does. Batches are weighted by their size, so a
+        short last batch does not skew the means.
+        """
+        data_arg = data if data is not None else self.input
+        if data_arg is None:
+            raise ValueError("KerasModel.evaluate needs data.")
+        kd = as_keras_data(data_arg, batch_size=batch_size, shuffle=False)
+        io = self._prepare(kd)
+        desc = self._make_desc()
+        signature = io.signature
+        names = desc.stat_names
+
+        @tf.function(input_signature=signature)
+        def batch_stats(*tensors):
+            loss, stats, _ = desc.compute(tensors, training=False)
+            return [loss] + [stats[n] for n in names[1:]]
+
+        sums = np.zeros(len(names))
+        count = 0
+        flow = kd.flat_dataflow(_flattener(io))
+        flow.reset_state()
+        for i, dp in enumerate(flow):
+            if steps is not None and i >= steps:
+                break
+            values = batch_stats(*[tf.convert_to_tensor(c, dtype=s.dtype) for c, s in zip(dp, signature)])
+            n = len(dp[0])
+            sums += np.array([float(v) for v in values]) * n
+            count += n
+        if count == 0:
+            raise ValueError("evaluate: the data produced no batch.")
+        return {n: float(s / count) for n, s in zip(names, sums)}
+
+    def predict(self, x, batch_size: Optional[int] = None):
+        """The model's outputs on ``x``: ``keras.Model.predict`` on the trained model."""
+        return self.model.predict(x, batch_size=batch_size, verbose=0)
+
+
+def _flattener(io: ModelIO) -> Callable:
+    def flatten(dp):
+        return flatten_xy(dp, io)
+    return flatten
