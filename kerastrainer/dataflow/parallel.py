@@ -181,7 +181,12 @@ def recv_checked(sock: zmq.Socket, workers: WorkerProcesses, poller: zmq.Poller,
         dead = workers.check(force=True)
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"{workers.owner}: no datapoint arrived within {timeout} s")
-    # A worker ended. It may have sent its traceback just before: look for it.
+    fail_for_dead(sock, workers, dead)
+
+
+def fail_for_dead(sock: zmq.Socket, workers: WorkerProcesses, dead: list) -> None:
+    """Raise the error of the dead workers: the traceback one of them sent, or how it died."""
+    # A worker that raised sent its traceback just before exiting: look for it.
     end = time.monotonic() + 1.0
     while time.monotonic() < end and sock.poll(300, zmq.POLLIN):
         raise_if_error_frames(sock.recv_multipart(copy=False))  # data is dropped: we fail anyway

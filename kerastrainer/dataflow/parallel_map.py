@@ -27,6 +27,7 @@ import os
 import queue as queue_mod
 import struct
 import sys
+import time
 import traceback
 import weakref
 from abc import abstractmethod
@@ -36,7 +37,7 @@ import zmq
 
 from .base import DataFlowReentrantGuard, ProxyDataFlow
 from .parallel import (DataFlowWorkerError, WorkerProcesses, _release_threads, _release_zmq,
-                       _worker_prologue, _WorkerFailure, error_frames, new_ipc_address, raise_if_error_frames,
+                       _worker_prologue, _WorkerFailure, error_frames, fail_for_dead, new_ipc_address, raise_if_error_frames,
                        recv_checked)
 from ..utils.concurrency import StoppableThread
 from .wire import dumps_frames, loads_frames
@@ -84,6 +85,9 @@ class _ParallelMapBase(ProxyDataFlow):
     @abstractmethod
     def _recv(self):
         """One result: (tag, output) where output is ``_NO_OUTPUT`` for a dropped datapoint."""
+
+    def _check_workers(self) -> None:
+        """Called at the end of each pass: raise now if a worker has failed."""
 
     # -- DataFlow protocol ------------------------------------------------------
     def reset_state(self) -> None:
@@ -150,6 +154,7 @@ class _ParallelMapBase(ProxyDataFlow):
                     break
                 self._put(dp)
             if self._in_flight == 0:
+                self._check_workers()
                 return
             # results of an abandoned earlier pass are dropped by _take (tag mismatch)
             out = self._take()
@@ -187,9 +192,8 @@ class _ParallelMapBase(ProxyDataFlow):
                     self._sent_of_next += 1
                 else:
                     current_sent += 1
-            if quota is not None and outputs >= quota:
-                return
-            if self._in_flight == 0:
+            if (quota is not None and outputs >= quota) or self._in_flight == 0:
+                self._check_workers()
                 return
             out = self._take()
             outputs += 1
@@ -208,7 +212,7 @@ def _map_worker(parent_pid, use_pdeathsig, map_func, addr, hwm, idx, owner):
     sock.sndhwm = sock.rcvhwm = hwm
     sock.connect(addr)
     try:
-        sock.send(_HELLO)
+        sock.send_multipart([_HELLO, _TAG.pack(idx)])
         while True:
             frames = sock.recv_multipart(copy=False)
             tag = frames[0].bytes
@@ -270,24 +274,38 @@ class MultiProcessMapDataZMQ(_ParallelMapBase):
         for s in self._workers.sentinels:
             self._poller.register(s, zmq.POLLIN)
         # wait until every worker is connected, so work is spread from the first datapoint
-        self._ids = []
-        while len(self._ids) < self.num_proc:
+        self._ids = [None] * self.num_proc   # zmq identity of worker i
+        while None in self._ids:
             frames = recv_checked(sock, self._workers, self._poller, timeout=60)
-            if len(frames) == 2 and frames[1].bytes == _HELLO:
-                self._ids.append(frames[0].bytes)
+            if len(frames) == 3 and frames[1].bytes == _HELLO:
+                self._ids[_TAG.unpack(frames[2].bytes)[0]] = frames[0].bytes
         self._load = [0] * self.num_proc
         self._index = {ident: i for i, ident in enumerate(self._ids)}
+
+    def _check_workers(self) -> None:
+        dead = self._workers.check(force=True)
+        if dead:
+            fail_for_dead(self._sock, self._workers, dead)
 
     def _send(self, dp, tag: int) -> None:
         i = min(range(self.num_proc), key=self._load.__getitem__)
         self._load[i] += 1
         try:
             self._sock.send_multipart([self._ids[i], _TAG.pack(tag)] + dumps_frames(dp), copy=False)
-        except zmq.ZMQError:  # EHOSTUNREACH (router_mandatory): the worker is gone
+        except zmq.ZMQError as e:  # EHOSTUNREACH (router_mandatory): the worker has gone away
+            self._explain_lost_worker(i, e)
+
+    def _explain_lost_worker(self, i: int, err: Exception) -> None:
+        # The worker closed its socket: it failed (its error message is on the way) or is dying.
+        end = time.monotonic() + 5.0
+        while time.monotonic() < end:
             dead = self._workers.check(force=True)
             if dead:
                 raise self._workers.death_error(dead) from None
-            raise
+            if self._sock.poll(100, zmq.POLLIN):
+                raise_if_error_frames(self._sock.recv_multipart(copy=False))  # results are moot now
+        raise DataFlowWorkerError(f"{type(self).__name__}: worker {i} (pid {self._workers.procs[i].pid}) "
+                                  f"disconnected ({err})") from None
 
     def _recv(self):
         frames = recv_checked(self._sock, self._workers, self._poller)
