@@ -68,18 +68,22 @@ def worker_main(argv):
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--stop-after-epoch", type=int, default=0)
     p.add_argument("--sleep-at-step", type=int, default=0, help="rank 1 idles at this step (kill tests)")
+    p.add_argument("--trainer", default="multiworker", choices=["multiworker", "horovod"])
     args = p.parse_args(argv)
-
-    from kerastrainer.train.multiworker import MultiWorkerTrainer
-    trainer = MultiWorkerTrainer()  # first: before any TF op
+    if args.trainer == "horovod":
+        from kerastrainer.train.horovod import HorovodTrainer
+        trainer = HorovodTrainer()  # first: before any TF op
+    else:
+        from kerastrainer.train.multiworker import MultiWorkerTrainer
+        trainer = MultiWorkerTrainer()
 
     import keras
     from kerastrainer.callbacks import Callback, ModelSaver, StopTraining
     from kerastrainer.train import AutoResumeTrainConfig, launch_train_with_config
     from kerastrainer.utils import logger
-    from kerastrainer.utils.cluster import get_rank_and_size, set_logger_dir_on_chief, shard_dataflow
+    from kerastrainer.utils.cluster import set_logger_dir_on_chief, shard_dataflow
 
-    rank, size = get_rank_and_size()
+    rank, size = trainer.rank, trainer.size
     keras.utils.set_random_seed(100 + rank)  # different local initial values: the chief's must win
     set_logger_dir_on_chief(args.logdir, action="k")
     record = {"rank": rank, "is_chief": trainer.is_chief}

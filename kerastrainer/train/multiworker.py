@@ -25,10 +25,9 @@ from .base import Trainer
 __all__ = ["MultiWorkerTrainer", "WorkerSync"]
 
 _STARTUP_ERROR = (
-    "MultiWorkerTrainer must be created before TensorFlow runs its first op in this process: "
-    "MultiWorkerMirroredStrategy configures TF's collective runtime, which is fixed once the runtime "
-    "starts. Construct the trainer at the top of your script, before building DataFlows that use TF, "
-    "models, optimizers or tensors ({}).")
+    "{who} must be created before TensorFlow runs its first op in this process: it configures TF's "
+    "runtime ({what}), which is fixed once the runtime starts. Construct the trainer at the top of your "
+    "script, before building DataFlows that use TF, models, optimizers or tensors ({err}).")
 
 
 class WorkerSync:
@@ -138,7 +137,7 @@ def _communication(communication: str, on_gpu: bool):
     return tf.distribute.experimental.CommunicationOptions(implementation=choices[communication])
 
 
-def _pin_gpu(local_rank: int) -> int:
+def _pin_gpu(local_rank: int, who: str) -> int:
     """Make only this worker's GPU visible (one process per device); returns the GPU count (0/1)."""
     gpus = tf.config.list_physical_devices("GPU")  # does not start the runtime
     if len(gpus) <= 1:
@@ -150,7 +149,7 @@ def _pin_gpu(local_rank: int) -> int:
         tf.config.set_visible_devices(gpus[local_rank], "GPU")
         tf.config.experimental.set_memory_growth(gpus[local_rank], True)
     except RuntimeError as e:
-        raise RuntimeError(_STARTUP_ERROR.format(e)) from None
+        raise RuntimeError(_STARTUP_ERROR.format(who=who, what="the visible GPU", err=e)) from None
     return 1
 
 
@@ -224,7 +223,7 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
             raise ValueError(f"This process is rank {info.rank} of {info.size} (from {info.source}) but no "
                              "worker addresses are known: start the workers with kerastrainer-run, srun, "
                              "or set TF_CONFIG. (Under horovodrun/mpirun use HorovodTrainer.)")
-        n_gpu = _pin_gpu(info.local_rank)
+        n_gpu = _pin_gpu(info.local_rank, "MultiWorkerTrainer")
         options = _communication(communication, on_gpu=n_gpu > 0)
         if cluster_resolver is None and info.workers:
             cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
@@ -244,7 +243,8 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
                 cluster_resolver=cluster_resolver, communication_options=options)
         except RuntimeError as e:
             if "program startup" in str(e) or "initialized" in str(e):
-                raise RuntimeError(_STARTUP_ERROR.format(e)) from None
+                raise RuntimeError(_STARTUP_ERROR.format(who="MultiWorkerTrainer", what="collective ops",
+                                                         err=e)) from None
             raise
         self.num_local_replicas = len(self._strategy.extended.worker_devices)
         self._sum_fn = None
