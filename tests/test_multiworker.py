@@ -258,6 +258,166 @@ def test_killing_a_training_worker_stops_the_launcher(tmp_path):
         _kill_group(proc)
 
 
+@pytest.mark.slow
+def test_srun_step_needs_no_launcher(tmp_path):
+    """Two processes with the variables srun sets (faked): they find each other and train."""
+    from kerastrainer.utils.cluster import find_free_ports
+
+    out = tmp_path / "out"
+    out.mkdir()
+    base = find_free_ports(1)[0]
+    procs = []
+    try:
+        for r in range(2):
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("KERASTRAINER_", "TF_CONFIG", "SLURM_"))}
+            env.update(SLURM_PROCID=str(r), SLURM_LOCALID=str(r), SLURM_NODEID="0", SLURM_NTASKS="2",
+                       SLURM_STEP_NUM_TASKS="2", SLURM_STEP_NODELIST="localhost", SLURM_STEP_TASKS_PER_NODE="2",
+                       SLURM_JOB_ID="4242", SLURM_STEP_ID="0", KERASTRAINER_PORT_BASE=str(base),
+                       TF_CPP_MIN_LOG_LEVEL="2")
+            procs.append(subprocess.Popen(
+                [sys.executable, __file__, "worker", "--out", str(out), "--logdir", str(tmp_path / "log"),
+                 "--epochs", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True))
+        outputs = [p.communicate(timeout=240)[0].decode(errors="replace") for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outputs
+    finally:
+        for p in procs:
+            _kill_group(p)
+    assert "rank 0 of 2 (chief)" in outputs[0] and "rank 1 of 2" in outputs[1]
+    a, b = load(out / "final-0.npz"), load(out / "final-1.npz")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+# --- cluster helpers (no processes) --------------------------------------------------------------
+def test_tf_config_with_chief_and_workers():
+    from kerastrainer.utils.cluster import parse_tf_config
+
+    cfg = {"cluster": {"chief": ["a:1"], "worker": ["a:2", "b:1", "b:2"]}, "task": {"type": "worker", "index": 2}}
+    info = parse_tf_config(json.dumps(cfg))
+    assert (info.rank, info.size, info.local_rank, info.local_size) == (3, 4, 1, 2)
+    assert info.workers == ["a:1", "a:2", "b:1", "b:2"]
+    cfg["task"] = {"type": "chief", "index": 0}
+    assert parse_tf_config(json.dumps(cfg)).rank == 0
+    with pytest.raises(ValueError, match="'ps'"):
+        parse_tf_config(json.dumps({"cluster": {"worker": ["a:1"], "ps": ["b:1"]}, "task": {"type": "worker"}}))
+    with pytest.raises(ValueError, match="task index 5 is out of range"):
+        parse_tf_config(json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 5}}))
+    with pytest.raises(ValueError, match="not valid JSON"):
+        parse_tf_config("{worker")
+
+
+def test_where_rank_and_size_come_from():
+    from kerastrainer.utils.cluster import get_cluster_info, make_tf_config
+
+    assert (get_cluster_info({}).rank, get_cluster_info({}).size, get_cluster_info({}).source) == (0, 1, "single")
+    tf_config = make_tf_config(["h:1", "h:2"], 1)
+    info = get_cluster_info({"TF_CONFIG": tf_config})
+    assert (info.rank, info.size, info.local_rank, info.source) == (1, 2, 1, "TF_CONFIG")
+    launched = {"TF_CONFIG": tf_config, "KERASTRAINER_RANK": "1", "KERASTRAINER_SIZE": "2",
+                "KERASTRAINER_LOCAL_RANK": "1", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "5"}
+    info = get_cluster_info(launched)  # the launcher wins over an enclosing SLURM allocation
+    assert (info.rank, info.size, info.source, info.workers) == (1, 2, "kerastrainer-run", ["h:1", "h:2"])
+    with pytest.raises(ValueError, match="TF_CONFIG says rank 1 of 2"):
+        get_cluster_info(dict(launched, KERASTRAINER_RANK="0"))
+    info = get_cluster_info({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+                             "OMPI_COMM_WORLD_LOCAL_RANK": "1"})
+    assert (info.rank, info.size, info.local_rank, info.workers, info.source) == (3, 4, 1, None, "MPI")
+    with pytest.raises(ValueError, match="KERASTRAINER_RANK='x' is not an integer|KERASTRAINER_RANK=.x."):
+        get_cluster_info({"KERASTRAINER_RANK": "x", "KERASTRAINER_SIZE": "2"})
+
+
+SLURM = {"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "n[9-10]",
+         "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "1234", "SLURM_NODEID": "1", "SLURM_LOCALID": "1"}
+
+
+def test_slurm_cluster_keeps_slurm_host_order_and_block_distribution():
+    from kerastrainer.utils.cluster import get_cluster_info
+
+    info = get_cluster_info(SLURM)
+    base = 20000 + 234 * 32
+    # n9 before n10 (TF's SlurmClusterResolver sorts them as strings and swaps the ranks)
+    assert info.workers == [f"n9:{base}", f"n9:{base + 1}", f"n10:{base}", f"n10:{base + 1}"]
+    assert (info.rank, info.size, info.local_rank, info.local_size, info.source) == (3, 4, 1, 2, "SLURM")
+    info = get_cluster_info(dict(SLURM, SLURM_DISTRIBUTION="cyclic", SLURM_NODEID="1", SLURM_LOCALID="1",
+                                 KERASTRAINER_PORT_BASE="5000"))
+    assert info.workers == ["n9:5000", "n10:5000", "n9:5001", "n10:5001"]
+    with pytest.raises(ValueError, match="SLURM_NODEID=0 but rank 3"):
+        get_cluster_info(dict(SLURM, SLURM_NODEID="0"))
+    with pytest.raises(ValueError, match="only block .* and cyclic"):
+        get_cluster_info(dict(SLURM, SLURM_DISTRIBUTION="arbitrary"))
+    with pytest.raises(ValueError, match="adds up to 4 tasks but SLURM_STEP_NUM_TASKS is 3"):
+        get_cluster_info(dict(SLURM, SLURM_STEP_NUM_TASKS="3", SLURM_PROCID="0"))
+
+
+def test_slurm_hostlists():
+    from kerastrainer.utils.cluster import expand_slurm_hostlist, expand_slurm_tasks_per_node
+
+    assert expand_slurm_hostlist("n[9-10],gpu[01-02]-ib,login") == ["n9", "n10", "gpu01-ib", "gpu02-ib", "login"]
+    assert expand_slurm_hostlist("r[1-2]n[1,3]") == ["r1n1", "r1n3", "r2n1", "r2n3"]
+    assert expand_slurm_tasks_per_node("3(x2),1") == [3, 3, 1]
+    for bad in ("n[1-", "n[a-b]", "n[3-1]", "a,,b"):
+        with pytest.raises(ValueError, match="Cannot expand the SLURM host list"):
+            expand_slurm_hostlist(bad)
+    with pytest.raises(ValueError, match="Cannot parse SLURM tasks per node"):
+        expand_slurm_tasks_per_node("2(3)")
+
+
+def test_shards_are_disjoint_and_of_equal_length():
+    from kerastrainer.dataflow import DataFromList
+    from kerastrainer.utils.cluster import shard_dataflow, shard_list
+
+    df = DataFromList([[i] for i in range(7)], shuffle=False)
+    shards = [shard_dataflow(df, rank=r, size=2) for r in range(2)]
+    for s in shards:
+        s.reset_state()
+    got = [[dp[0] for dp in s] for s in shards]
+    assert got == [[0, 2, 4], [1, 3, 5]] and [len(s) for s in shards] == [3, 3]
+    ragged = shard_dataflow(df, rank=0, size=2, drop_remainder=False)
+    assert [dp[0] for dp in ragged] == [0, 2, 4, 6] and len(ragged) == 4
+    assert shard_dataflow(df, rank=0, size=1) is df
+    assert shard_list(list("abcde"), rank=1, size=2) == ["b", "d"]
+    with pytest.raises(ValueError, match="rank 2 is out of range for 2"):
+        shard_list([1], rank=2, size=2)
+
+
+def test_non_chief_logs_to_a_private_directory(monkeypatch, tmp_path):
+    from kerastrainer.utils import logger
+    from kerastrainer.utils.cluster import set_logger_dir_on_chief
+
+    monkeypatch.setenv("KERASTRAINER_RANK", "1")
+    monkeypatch.setenv("KERASTRAINER_SIZE", "2")
+    try:
+        d = set_logger_dir_on_chief(str(tmp_path / "log"), action="k")
+        assert d != str(tmp_path / "log") and "kerastrainer-rank1-" in d and os.path.isdir(d)
+        assert not (tmp_path / "log").exists()
+        monkeypatch.setenv("KERASTRAINER_RANK", "0")
+        assert set_logger_dir_on_chief(str(tmp_path / "log"), action="k") == str(tmp_path / "log")
+    finally:
+        logger.unset_logger_dir()
+
+
+def test_trainer_after_tf_started_or_without_addresses_is_a_clear_error(monkeypatch):
+    from kerastrainer.train.multiworker import MultiWorkerTrainer
+    from kerastrainer.utils.cluster import find_free_ports, make_tf_config
+
+    import tensorflow as tf
+    tf.constant(1.0) + 1  # the test process's runtime is running
+    monkeypatch.setenv("TF_CONFIG", make_tf_config([f"127.0.0.1:{p}" for p in find_free_ports(2)], 0))
+    with pytest.raises(RuntimeError, match="must be created before TensorFlow runs its first op"):
+        MultiWorkerTrainer()
+    monkeypatch.delenv("TF_CONFIG")
+    monkeypatch.setenv("HOROVOD_RANK", "0")
+    monkeypatch.setenv("HOROVOD_SIZE", "2")
+    with pytest.raises(ValueError, match="no worker addresses are known.*HorovodTrainer"):
+        MultiWorkerTrainer()
+    monkeypatch.delenv("HOROVOD_RANK")
+    with pytest.raises(ValueError, match="'nccl' needs a GPU"):
+        MultiWorkerTrainer(communication="nccl")
+    with pytest.raises(ValueError, match="communication must be one of"):
+        MultiWorkerTrainer(communication="grpc")
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     worker_main(sys.argv[2:])
