@@ -4,6 +4,7 @@ from .dataset import TFDatasetInput
 from .dummy import DummyConstantInput
 from .feed import FeedInput
 from .queue import DataFlowEndedError, QueueInput
+from .staging import StagingInput
 
 __all__ = ["InputSource", "InputSourceError", "check_datapoint", "FeedInput", "QueueInput",
-           "DataFlowEndedError", "TFDatasetInput", "DummyConstantInput"]
+           "DataFlowEndedError", "TFDatasetInput", "DummyConstantInput", "StagingInput"]

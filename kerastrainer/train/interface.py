@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from ..input_source.base import InputSource
 from ..input_source.queue import QueueInput
+from ..input_source.staging import StagingInput
 from ..utils import logger
+from ..utils.devices import get_num_gpu
 from .base import Trainer
 from .config import TrainConfig, resolve_steps_per_epoch
 from .model_desc import ModelDescBase
@@ -12,12 +14,16 @@ __all__ = ["launch_train_with_config", "apply_default_input"]
 
 
 def apply_default_input(config: TrainConfig) -> InputSource:
-    """The InputSource of a config: ``data`` as given, or QueueInput over ``dataflow``."""
+    """The InputSource of a config: ``data`` as given, or QueueInput over ``dataflow``
+    (with StagingInput around it when there are GPUs)."""
     if config.data is not None:
         return config.data
     if config.dataflow is None:
         raise ValueError("TrainConfig has no data: give dataflow= (a DataFlow) or data= (an InputSource).")
-    return QueueInput(config.dataflow)
+    source = QueueInput(config.dataflow)
+    if get_num_gpu() > 0:
+        source = StagingInput(source)
+    return source
 
 
 def launch_train_with_config(config: TrainConfig, trainer: Trainer) -> Trainer:
