@@ -1,0 +1,229 @@
+"""Run one block of a model under an LMS mode: recompute, offload, or both.
+
+:func:`run_block` wraps a block (a function of tensors) in a ``tf.custom_gradient``
+of our own: tensor arguments only, every variable the block reads gets its
+gradient (Keras 3 variables included: ``custom_gradient`` hands us the
+``tf.Variable`` under each one).
+
+- ``'recompute'``: the forward pass keeps only the block's inputs; the backward
+  pass runs the block again under a tape, after the block's incoming gradient
+  exists (a control dependency, so the executor cannot run the copy early).
+  Assignments to non-trainable variables (BatchNorm moving statistics) are
+  skipped in that second run: the forward pass already made them. A block that
+  draws random numbers (Dropout) cannot be recomputed exactly and is refused.
+- ``'offload+recompute'``: as ``'recompute'``, but the kept inputs go to the host
+  device and come back ``swapin_ahead`` blocks before the block's backward pass.
+- ``'offload'``: nothing is recomputed; every tensor the block's backward pass
+  reads is copied to the host and back (:func:`~kerastrainer.lms.offload.rewire_backward`).
+  This needs graph mode (``tf.function``); executed eagerly the block runs as is.
+
+Example::
+
+    cfg = BlockConfig(host_device='/cpu:0')
+    y = run_block('res2', res_block, (x,), {}, 'recompute', cfg)
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Callable, List, Optional, Sequence
+
+import tensorflow as tf
+
+from ..utils import logger
+from . import _state
+from .offload import compute_device, rewire_backward, same_device, swap_in, swap_out
+
+__all__ = ["BlockConfig", "run_block", "MODES", "LMSBlockError"]
+
+MODES = ("recompute", "offload", "offload+recompute")
+
+
+class LMSBlockError(TypeError):
+    """A block that LMS cannot wrap (keyword tensors, no tensor input, non-tensor outputs...)."""
+
+
+@dataclasses.dataclass
+class BlockConfig:
+    """Knobs of the swap schedule, in blocks (see :class:`~kerastrainer.lms.LMS`)."""
+    host_device: str = "/cpu:0"
+    swapin_ahead: int = 1
+    swapin_groupby: int = 1
+    swapout_threshold: int = 1
+
+
+_warned_eager_offload = False
+
+
+def _stop_recording():
+    # Eager only: the outer tape must not record the block's inner ops (it would
+    # keep their outputs alive, which is what we are trying to avoid).
+    from tensorflow.python.eager import record
+    return record.stop_recording()
+
+
+def _split_args(name: str, args: tuple, kwargs: dict):
+    for k, v in kwargs.items():
+        if any(isinstance(t, (tf.Tensor, tf.Variable)) for t in tf.nest.flatten(v)):
+            raise LMSBlockError(
+                f"LMS block '{name}' got the tensor {k!r} as a keyword argument; LMS differentiates "
+                "positional tensor arguments only. Pass it positionally, or exclude the block "
+                "(excl_blocks).")
+    leaves = tf.nest.flatten(args)
+    pos = [i for i, t in enumerate(leaves) if isinstance(t, tf.Tensor)]
+    if not pos:
+        raise LMSBlockError(f"LMS block '{name}' has no tensor argument; nothing to recompute or "
+                            "offload. Give it its input tensors as positional arguments.")
+    return leaves, pos
+
+
+def _flat_outputs(name: str, out) -> list:
+    flat = tf.nest.flatten(out)
+    bad = [type(t).__name__ for t in flat if not isinstance(t, tf.Tensor)]
+    if bad or not flat:
+        raise LMSBlockError(f"LMS block '{name}' must return a tensor or a structure of tensors; "
+                            f"it returned {type(out).__name__} with {bad or 'no'} non-tensor parts.")
+    return flat
+
+
+def _is_float(t) -> bool:
+    return t.dtype.is_floating or t.dtype.is_complex
+
+
+def _triggers(state, rec: dict, cfg: BlockConfig) -> List[tf.Tensor]:
+    """The gradients whose arrival starts the swap-in of block ``rec``."""
+    if state is None:
+        return []
+    i, n = rec["index"], len(state.blocks)
+    g = max(1, cfg.swapin_groupby)
+    j = min(n - 1, (i // g + 1) * g - 1 + max(0, cfg.swapin_ahead))
+    for k in range(j, i - 1, -1):  # the nearest later block whose backward has started
+        dys = state.blocks[k].get("dys")
+        if dys:
+            return dys
+    return rec.get("dys") or []
+
+
+def _offloads(state, rec: dict, cfg: BlockConfig) -> bool:
+    # the last `swapout_threshold` blocks keep their tensors: their backward comes at once
+    if state is None:
+        return True
+    return rec["index"] < len(state.blocks) - max(0, cfg.swapout_threshold)
+
+
+def _check_random(name: str, skipped: Sequence[str], new_ops: Sequence) -> None:
+    stateful = sorted({op.type for op in new_ops
+                       if op.type.startswith(("Random", "TruncatedNormal", "Multinomial"))})
+    if skipped or stateful:
+        what = ", ".join(list(skipped) + stateful)
+        raise ValueError(
+            f"LMS block '{name}' draws random numbers ({what}): recomputing it would draw different "
+            "ones and give wrong gradients. Move Dropout and other random ops out of the block, use "
+            "policy='offload' for it, or exclude it with excl_blocks.")
+
+
+def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg: BlockConfig,
+              reenter: Optional[Callable] = None):
+    """``fn(*args, **kwargs)`` with the memory behaviour of ``mode`` (see the module doc).
+
+    ``reenter()`` returns a context manager that restores, for the recompute pass
+    (which runs while the backward pass is built, outside the tower), what the
+    block's code needs to find its layers: the tower context and the name scope.
+    """
+    if mode not in MODES:
+        raise ValueError(f"Unknown LMS mode {mode!r}; use one of {MODES}.")
+    leaves, pos = _split_args(name, args, kwargs)
+    xs = [leaves[p] for p in pos]
+    out_struct = []
+
+    def call(*ts):
+        ls = list(leaves)
+        for p, t in zip(pos, ts):
+            ls[p] = t
+        return fn(*tf.nest.pack_sequence_as(args, ls), **kwargs)
+
+    state = _state.trace_state()
+    rec = {"name": name, "mode": mode, "dys": None}
+    if state is not None:
+        rec["index"] = len(state.blocks)
+        state.blocks.append(rec)
+    eager = tf.executing_eagerly()
+    graph = None if eager else tf.compat.v1.get_default_graph()
+
+    def backward_inputs(dys):
+        """The block's inputs for the backward pass: swapped in, or held until ``dys``."""
+        if mode == "offload+recompute" and (eager or _offloads(state, rec, cfg)):
+            triggers = _triggers(state, rec, cfg)
+            back = []
+            for x in xs:
+                dev = x.device or compute_device()
+                if _is_float(x) and not same_device(dev, cfg.host_device):
+                    back.append(swap_in(swap_out(x, cfg.host_device), dev, triggers))
+                else:
+                    back.append(x)
+            return back
+        if eager:
+            return list(xs)
+        with tf.control_dependencies(dys):
+            return [tf.identity(x) for x in xs]
+
+    def gradients(tape, outs, inputs, variables, dys):
+        targets = [o for o in outs if _is_float(o)]
+        grads_out = [d if d is not None else tf.zeros_like(o)
+                     for o, d in zip(outs, dys) if _is_float(o)]
+        sources = [x for x in inputs if _is_float(x)]
+        g = tape.gradient(targets, sources + variables, output_gradients=grads_out)
+        it = iter(g[:len(sources)])
+        g_in = [next(it) if _is_float(x) else None for x in inputs]
+        return g_in, list(g[len(sources):])
+
+    if mode == "offload" and eager:
+        global _warned_eager_offload
+        if not _warned_eager_offload:
+            _warned_eager_offload = True
+            logger.info("LMS: policy 'offload' rewrites the graph of a tf.function; executed eagerly, "
+                        "block '%s' keeps its tensors on the device.", name)
+
+    @tf.custom_gradient
+    def block(*ts):
+        if mode == "offload":
+            n0 = 0 if eager else len(graph.get_operations())
+            with tf.GradientTape() as tape:
+                tape.watch([t for t in ts if _is_float(t)])
+                out = call(*ts)
+            flat = _flat_outputs(name, out)
+            fwd_ops = [] if eager else graph.get_operations()[n0:]
+        else:
+            if eager:
+                with _stop_recording():
+                    out = call(*ts)
+            else:
+                out = call(*ts)
+            flat = _flat_outputs(name, out)
+        out_struct.append(out)
+
+        def grad(*dys, variables=None):
+            variables = list(variables or [])
+            rec["dys"] = [d for d in dys if d is not None]
+            if mode == "offload":
+                n1 = 0 if eager else len(graph.get_operations())
+                g_in, g_var = gradients(tape, flat, list(ts), variables, dys)
+                if not eager and _offloads(state, rec, cfg):
+                    rewire_backward(fwd_ops, ts, graph.get_operations()[n1:], cfg.host_device,
+                                    _triggers(state, rec, cfg))
+                return g_in, g_var
+            inputs = backward_inputs(rec["dys"])
+            n1 = 0 if eager else len(graph.get_operations())
+            with tf.GradientTape() as rtape:
+                rtape.watch([x for x in inputs if _is_float(x)])
+                rtape.watch(variables)
+                with _state.recomputing() as skipped, \
+                        (reenter() if reenter is not None else contextlib.nullcontext()):
+                    out2 = call(*inputs)
+            _check_random(name, skipped.int_state, [] if eager else graph.get_operations()[n1:])
+            return gradients(rtape, tf.nest.flatten(out2), inputs, variables, dys)
+
+        return flat, grad
+
+    flat_out = block(*xs)
+    return tf.nest.pack_sequence_as(out_struct[0], flat_out)
