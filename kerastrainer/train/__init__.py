@@ -5,7 +5,10 @@ from .interface import launch_train_with_config
 from .model_desc import ModelDesc, ModelDescBase
 from .trainers import (SimpleTrainer, SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer,
                        SyncMultiGPUTrainerReplicated)
+from .multiworker import MultiWorkerTrainer
+from .horovod import HorovodTrainer
 
 __all__ = ["Trainer", "StopTraining", "TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS",
            "DEFAULT_MONITORS", "launch_train_with_config", "ModelDesc", "ModelDescBase", "SimpleTrainer",
-           "SyncMultiGPUTrainer", "SyncMultiGPUTrainerReplicated", "SyncMultiGPUTrainerParameterServer"]
+           "SyncMultiGPUTrainer", "SyncMultiGPUTrainerReplicated", "SyncMultiGPUTrainerParameterServer",
+           "MultiWorkerTrainer", "HorovodTrainer"]
