@@ -149,6 +149,21 @@ def test_worker_exception_is_reraised_with_traceback(make):
     r.close()
 
 
+class Unserializable(DataFlow):
+    def __iter__(self):
+        while True:
+            yield [threading.Lock()]
+
+
+@pytest.mark.parametrize("make", PROCESS_RUNNERS)
+def test_unserializable_datapoint_is_reported(make):
+    r = make(Unserializable(), 1)
+    r.reset_state()
+    exc = run_with_deadline(lambda: next(iter(r)))
+    assert isinstance(exc, DataFlowWorkerError) and "lock" in str(exc).lower()
+    r.close()
+
+
 @pytest.mark.parametrize("make", ALL_RUNNERS)
 def test_dataflow_that_yields_nothing_is_an_error_not_a_spin(make):
     r = make(Empty(), 1)

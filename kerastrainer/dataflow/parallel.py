@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import pickle
 import queue as queue_mod
 import shutil
 import signal
@@ -370,7 +371,8 @@ def _queue_runner_worker(parent_pid, use_pdeathsig, ds, q, idx, owner):
         while True:
             n = 0
             for dp in ds:
-                q.put(dp)
+                # pickle here, not in the queue's feeder thread, so that a failure is reported
+                q.put(pickle.dumps(dp, protocol=pickle.HIGHEST_PROTOCOL))
                 n += 1
             if n == 0:
                 raise RuntimeError(f"The DataFlow {type(ds).__name__} given to {owner} yielded no datapoint "
@@ -434,7 +436,7 @@ class MultiProcessRunner(_RunnerBase):
                     continue
                 if type(item) is _WorkerFailure:
                     raise item.error()
-                return item
+                return pickle.loads(item)
             # drain: the dead worker may have queued its traceback
             end = time.monotonic() + 1.0
             while time.monotonic() < end:
