@@ -109,6 +109,11 @@ class TowerFunction:
         def create_eagerly(next_creator, **kwargs):
             # Variables made while tracing would be lifted out of the graph, which fails
             # for mirrored variables; make them eagerly instead (initial values are callables).
+            if not kwargs.get("trainable", True) and kwargs.get("aggregation") in (
+                    None, tf.VariableAggregation.NONE):
+                # e.g. a Keras BatchNormalization's moving statistics: every replica keeps the
+                # first replica's update (the main-tower rule), so mirrored copies never drift
+                kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
             with tf.init_scope():
                 return next_creator(**kwargs)
 
