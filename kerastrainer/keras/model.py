@@ -160,6 +160,10 @@ class KerasModel:
         hint = len(model.inputs) if getattr(model, "built", False) and getattr(model, "inputs", None) else None
         x, y = _split_xy(data.first, hint)
         x1 = _first_sample_batch(x)
+        # the data against the model's declared inputs first: a clearer error than Keras' own
+        ModelIO.from_model(model, x, None, ["output"], "single", {}, self.input_signature, None)
+        if not model.built and isinstance(model, keras.Sequential) and not isinstance(x1, (list, dict)):
+            model.build((None,) + tuple(x1.shape[1:]))  # any batch size, not the probe's
         # one forward pass on one sample builds an unbuilt model and shows its outputs
         try:
             y_pred = model(x1, training=False)

@@ -153,6 +153,8 @@ class ModelIO:
 
     def _flat_y(self, y) -> list:
         n = len(self.target_outputs)
+        if n == 0:
+            return []
         if isinstance(y, dict):
             missing = [o for o in self.target_outputs if o not in y]
             if missing:
@@ -195,8 +197,11 @@ class ModelIO:
         n_in = len(tensors) if tensors is not None else (len(keys) if keys else
                                                           len(x_struct) if kind == "list" else 1)
         if tensors is not None:
-            names = [_safe_name(keys[i] if keys else getattr(t, "name", None) or f"input_{i}")
-                     for i, t in enumerate(tensors)]
+            auto = ["input"] if len(tensors) == 1 else [f"input_{i}" for i in range(len(tensors))]
+            # Keras names unnamed inputs 'keras_tensor_<n>'; use stable names instead
+            names = [_safe_name(keys[i] if keys else
+                                (auto[i] if str(getattr(t, "name", "") or "keras_tensor").startswith("keras_tensor")
+                                 else t.name)) for i, t in enumerate(tensors)]
         elif keys:
             names = [_safe_name(k) for k in keys]
         else:
@@ -212,7 +217,7 @@ class ModelIO:
         specs = []
         for i, (name, xd) in enumerate(zip(names, xs)):
             data_spec = _spec_from_data(xd, name)
-            model_shape = tuple(tensors[i].shape) if tensors is not None else None
+            model_shape = (None,) + tuple(tensors[i].shape)[1:] if tensors is not None else None
             model_dtype = tf.as_dtype(tensors[i].dtype) if tensors is not None else None
             if given is not None:
                 spec = tf.TensorSpec(given[i].shape, given[i].dtype, name=_safe_name(given[i].name or name))
