@@ -27,6 +27,7 @@ import json
 import numbers
 import os
 import re
+import time
 from collections import defaultdict
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -421,6 +422,9 @@ class TFEventWriter(TrainingMonitor):
         self._flush_millis = int(flush_secs * 1000)
         self._writer = None
         self.logdir: Optional[str] = None
+        self._pending: Dict[int, list] = {}
+        self._num_pending = 0
+        self._last_write = time.time()
 
     def _setup_graph(self):
         import tensorflow as tf
@@ -430,11 +434,26 @@ class TFEventWriter(TrainingMonitor):
                 self.logdir, max_queue=self._max_queue, flush_millis=self._flush_millis)
 
     def process_scalar(self, name, val):
+        # Scalars arrive after every train call; writing each through tf.summary costs
+        # several eager ops, so they are buffered and written a step at a time.
         if self._writer is None:
             return
+        self._pending.setdefault(self.global_step, []).append((name, float(val)))
+        self._num_pending += 1
+        if self._num_pending >= 1000 or time.time() - self._last_write > 5.0:
+            self._write_pending()
+
+    def _write_pending(self):
         import tensorflow as tf
-        with self._writer.as_default():
-            tf.summary.scalar(name, val, step=self.global_step)
+        if self._pending:
+            with self._writer.as_default():
+                for step, values in sorted(self._pending.items()):
+                    summary = tf.compat.v1.Summary(
+                        value=[tf.compat.v1.Summary.Value(tag=n, simple_value=v) for n, v in values])
+                    tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=step)
+        self._pending = {}
+        self._num_pending = 0
+        self._last_write = time.time()
 
     def process_histogram(self, name, values):
         if self._writer is None:
@@ -465,9 +484,11 @@ class TFEventWriter(TrainingMonitor):
 
     def _trigger_epoch(self):
         if self._writer is not None:
+            self._write_pending()
             self._writer.flush()
 
     def _after_train(self):
         if self._writer is not None:
+            self._write_pending()
             self._writer.close()
             self._writer = None
