@@ -46,11 +46,11 @@ def get_trainer(args):
         else:
             try:
                 from kerastrainer.train.horovod import HorovodTrainer
-            except ImportError as e:
+                trainer = HorovodTrainer(**kwargs)
+            except (ImportError, RuntimeError) as e:
                 raise SystemExit(f"--trainer horovod is not available ({e}). Install Horovod built for this "
                                  "TensorFlow, or use --trainer multiworker (TF collectives, same launch "
                                  "model: kerastrainer-run -np N).") from e
-            trainer = HorovodTrainer(**kwargs)
         return trainer, trainer.size, 1
     from kerastrainer import SimpleTrainer, SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated
     if args.gpus == 1:
