@@ -1,0 +1,110 @@
+"""make_parallel / ModelMGPU / multi_gpu_model on logical CPU devices (conftest makes 4)."""
+import numpy as np
+import pytest
+import keras
+import tensorflow as tf
+
+from kerastrainer import SyncMultiGPUTrainerReplicated
+from kerastrainer.keras import KerasModel, ModelMGPU, get_num_gpu, make_parallel, multi_gpu_model
+
+QUIET = dict()
+
+
+def _data(n=256, dim=8, seed=0):
+    rng = np.random.RandomState(seed)
+    x = rng.randn(n, dim).astype("float32")
+    y = np.argmax(x @ np.random.RandomState(42).randn(dim, 3), 1).astype("int32")
+    return x, y
+
+
+def _model(seed=1, bn=False):
+    keras.utils.set_random_seed(seed)
+    layers = [keras.Input((8,)), keras.layers.Dense(16, activation="relu")]
+    if bn:
+        layers.append(keras.layers.BatchNormalization())
+    return keras.Sequential(layers + [keras.layers.Dense(3)])
+
+
+def _xent():
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+@pytest.mark.parametrize("ndev", [2, 4])
+def test_make_parallel_fit_equals_serial_fit(ndev):
+    x, y = _data()
+    serial = _model()
+    serial.compile(keras.optimizers.SGD(0.1), _xent(), metrics=["accuracy"])
+    href = serial.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+
+    model = _model()
+    pmodel = make_parallel(model, [f"/cpu:{i}" for i in range(ndev)])
+    assert isinstance(pmodel, ModelMGPU) and isinstance(pmodel, keras.Model)
+    pmodel.compile(keras.optimizers.SGD(0.1), _xent(), metrics=["accuracy"])
+    hist = pmodel.fit(x, y, batch_size=32, epochs=2, shuffle=False, validation_data=(x[:64], y[:64]))
+    for a, b in zip(serial.get_weights(), model.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    np.testing.assert_allclose(hist.history["loss"], href.history["loss"], rtol=1e-5)
+    assert len(hist.history["val_loss"]) == 2
+    trainer = pmodel._km.trainer
+    assert trainer.num_replicas == ndev and trainer.global_step == 16
+
+
+def test_weights_are_shared_with_the_serial_model(tmp_path):
+    x, y = _data(n=128)
+    model = _model(bn=True)
+    before = model.get_weights()
+    pmodel = multi_gpu_model(model, gpus=2)
+    pmodel.compile(keras.optimizers.Adam(1e-2), _xent())
+    loss0 = pmodel.evaluate(x, y)
+    pmodel.fit(x, y, batch_size=32, epochs=1)
+    after = model.get_weights()
+    assert all(np.abs(a - b).max() > 0 for a, b in zip(before, after) if a.ndim)
+    for a, b in zip(pmodel.get_weights(), after):
+        np.testing.assert_array_equal(a, b)
+    # the serial model is plain Keras again: save/load and Keras' own fit work
+    pmodel.save(str(tmp_path / "p.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "p.keras"))
+    np.testing.assert_allclose(loaded.predict(x[:8], verbose=0), model.predict(x[:8], verbose=0), atol=1e-6)
+    model.compile("sgd", _xent())
+    model.fit(x, y, epochs=1, verbose=0)
+    # a second parallel fit continues from the trained weights
+    pmodel.fit(x, y, batch_size=32, epochs=1)
+    assert pmodel._km.trainer.global_step == 4
+    assert pmodel.evaluate(x, y) < loss0
+
+
+def test_errors_and_single_device_fallback():
+    model = _model()
+    with pytest.raises(ValueError, match="gpus >= 2"):
+        multi_gpu_model(model, 1)
+    with pytest.raises(ValueError, match="at least 2 device ids"):
+        multi_gpu_model(model, [0])
+    with pytest.raises(ValueError, match=r"only 4 logical CPU device\(s\) exist"):
+        multi_gpu_model(model, 8)
+    with pytest.raises(ValueError, match=r"Device '/gpu:7' does not exist.*Available devices: \["):
+        make_parallel(model, ["/gpu:7", "/cpu:0"])
+    with pytest.raises(ValueError, match="more than once"):
+        make_parallel(model, ["/cpu:0", "/cpu:0"])
+    assert make_parallel(model, ["/cpu:0"]) is model
+    assert make_parallel(model, []) is model
+    assert get_num_gpu() == 0
+    with pytest.raises(RuntimeError, match="compile"):
+        make_parallel(model, ["/cpu:0", "/cpu:1"]).fit(*_data(n=32))
+
+
+def test_keras_fit_with_steps_per_execution_under_mirrored_strategy_vs_ours():
+    x, y = _data(n=256)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        ref = _model()
+        ref.compile(keras.optimizers.SGD(0.1), _xent(), steps_per_execution=4)
+    # Keras 3.15: the multi-step loop under MirroredStrategy fails when it runs
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        ref.fit(x, y, batch_size=32, epochs=2, verbose=0)
+
+    model = _model()
+    km = KerasModel(model, input=(x, y), trainer=SyncMultiGPUTrainerReplicated(2, steps_per_call=4))
+    km.compile(keras.optimizers.SGD(0.1), _xent())
+    hist = km.fit(max_epoch=2, batch_size=32)
+    assert km.trainer.last_call_steps == 4 and km.trainer.num_replicas == 2
+    assert hist.history["loss"][1] < hist.history["loss"][0]
