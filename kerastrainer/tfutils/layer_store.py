@@ -84,10 +84,12 @@ class LayerStore(tf.Module):
         out = {}
         for lname, layer in self.layers.items():
             aliases = self._aliases.get(lname, {})
+            own = getattr(layer, "name", None)
             for v in getattr(layer, "weights", []):
-                path = getattr(v, "path", None) or v.name
-                rel = path.split("/", 1)[1] if "/" in path else path
-                rel = rel.split(":")[0]
+                parts = (getattr(v, "path", None) or v.name).split(":")[0].split("/")
+                # Keras prefixes the names of enclosing Keras layers: cut up to the layer's own name
+                cut = parts.index(own) + 1 if own in parts[:-1] else min(1, len(parts) - 1)
+                rel = "/".join(parts[cut:])
                 out[f"{lname}/{aliases.get(rel, rel)}"] = v
         for vname, v in self.raw_variables.items():
             out[vname] = v
