@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..callbacks.base import StopTraining
+from ..tfutils.sessinit import JustCurrentSession
 from ..utils import cluster, logger
 from .base import Trainer
 
@@ -87,7 +88,7 @@ class _SyncedWorkersMixin:
         """The chief loads weights (``session_init``: SmartInit, auto-resume); all get the chief's."""
         if self.is_chief:
             super().initialize(session_init)
-        elif session_init is not None and type(session_init).__name__ != "JustCurrentSession":
+        elif session_init is not None and not isinstance(session_init, JustCurrentSession):
             logger.info("Rank %d does not read %s: it gets every variable from the chief.", self.rank,
                         type(session_init).__name__)
         self._broadcast_from_chief(self._state_variables())
