@@ -90,8 +90,16 @@ def load_weights(model, path):
     CheckpointInit(path, model_only=True).init(Target())
 
 
+def set_precision_policy(precision: str) -> None:
+    """Keras layers take their dtype policy when they are made: set it before building the model."""
+    import keras
+    if precision != "fp32":
+        keras.mixed_precision.set_global_policy({"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[precision])
+
+
 def evaluate(args):
     from kerastrainer import KerasModel
+    set_precision_policy(args.precision)
     model = build_keras_resnet(args.depth, args.image_size)
     load_weights(model, args.load)
     km = KerasModel(model)
@@ -155,6 +163,7 @@ def main(argv=None):
         val = U.get_imagenet_dataflow(args.data, "val", args.val_batch or args.batch, args.image_size,
                                       max(1, (args.data_workers or U.default_num_workers()) // 2), args.meta_dir)
     steps = U.steps_per_epoch_for(args, total_batch)
+    set_precision_policy(args.precision)
     km = KerasModel(build_keras_resnet(args.depth, args.image_size), input=train, trainer=trainer)
     compile_model(km, total_batch)
     callbacks = [ModelSaver(max_to_keep=5), ThroughputTracker(samples_per_step=total_batch)] \
