@@ -124,3 +124,22 @@ def test_staging_input_keeps_the_batch_sequence(towers, nr_stage):
         results.append(weights_of(trainer))
     for k in results[0]:
         np.testing.assert_allclose(results[1][k], results[0][k], rtol=1e-5, atol=1e-6)
+
+
+def test_data_parallel_inference_runner_equals_inference_runner():
+    from kerastrainer.callbacks import (ClassificationError, DataParallelInferenceRunner, InferenceRunner,
+                                        ScalarStats)
+    from kerastrainer.dataflow import DataFromList
+
+    val = LinearData(num_batches=7, batch=16, seed=5)
+    batches = DataFromList(list(val), shuffle=False)
+    runners = [InferenceRunner(batches, [ScalarStats("cost"), ClassificationError("wrong", "err")]),
+               DataParallelInferenceRunner(batches, [ScalarStats("cost", prefix="dp"), ClassificationError("wrong", "err2")],
+                                           gpus=2)]
+    t = SyncMultiGPUTrainerReplicated(2)
+    launch_train_with_config(TrainConfig(model=MLP(), dataflow=LinearData(), callbacks=runners,
+                                         extra_callbacks=[], monitors=[], max_epoch=1), t)
+    assert t.monitors.get_latest("dp_cost") == pytest.approx(t.monitors.get_latest("validation_cost"), rel=1e-6)
+    assert t.monitors.get_latest("err2") == pytest.approx(t.monitors.get_latest("err"), rel=1e-6)
+    with pytest.raises(ValueError, match="only 4 logical CPU"):
+        DataParallelInferenceRunner(batches, [ScalarStats("cost")], gpus=6)
