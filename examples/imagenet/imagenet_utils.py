@@ -134,8 +134,13 @@ class _DecodeAugment:
 
     def __init__(self, augmentors):
         self.augs = imgaug.AugmentorList(augmentors)
+        self._pid = None
 
     def __call__(self, dp):
+        if self._pid != os.getpid():
+            # one worker process per core already: OpenCV's own threads would only oversubscribe
+            cv2.setNumThreads(1)
+            self._pid = os.getpid()
         fname, label = dp
         img = cv2.imread(fname, cv2.IMREAD_COLOR)
         if img is None:
