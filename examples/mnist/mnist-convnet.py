@@ -13,6 +13,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from kerastrainer.utils.devices import ensure_tower_devices  # noqa: E402
+
 from kerastrainer import (AutoResumeTrainConfig, BatchData, ClassificationError, Conv2D, FakeData,  # noqa: E402
                           InferenceRunner, LinearWrap, ModelDesc, ModelSaver, ScalarStats, ScheduledHyperParamSetter,
                           SimpleTrainer, SyncMultiGPUTrainerReplicated, add_moving_summary, add_param_summary,
@@ -78,6 +80,7 @@ def main():
     parser.add_argument("--logdir", default="train_log/mnist-convnet")
     args = parser.parse_args()
 
+    ensure_tower_devices(args.gpus)  # logical CPU devices when there is no GPU
     logger.set_logger_dir(args.logdir, action="k")
     train, test = get_data(args)
     config = AutoResumeTrainConfig(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import List
 
-__all__ = ["get_available_gpus", "get_num_gpu", "get_logical_cpus", "training_devices"]
+__all__ = ["get_available_gpus", "get_num_gpu", "get_logical_cpus", "training_devices", "ensure_tower_devices"]
 
 
 def get_available_gpus() -> List[str]:
@@ -38,3 +38,22 @@ def training_devices(ids) -> List[str]:
                          ("" if gpus else ", or create logical CPU devices with "
                           "tf.config.set_logical_device_configuration before TF starts") + ".")
     return [pool[int(i)] for i in ids]
+
+
+def ensure_tower_devices(num_towers: int) -> None:
+    """On a machine without GPUs, split the CPU into ``num_towers`` logical devices.
+
+    Lets multi-tower scripts run (slowly) on a laptop or in CI. Must be called before
+    TensorFlow runs its first op; with GPUs present it does nothing.
+    """
+    import tensorflow as tf
+    if num_towers <= 1 or tf.config.list_physical_devices("GPU"):
+        return
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        if len(tf.config.get_logical_device_configuration(cpus[0]) or [None]) < num_towers:
+            tf.config.set_logical_device_configuration(
+                cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_towers)
+    except RuntimeError as e:
+        raise RuntimeError(f"Cannot make {num_towers} logical CPU devices: TensorFlow has already started. "
+                           "Call ensure_tower_devices() at the top of the script.") from e
