@@ -217,6 +217,42 @@ def test_iterating_from_two_threads_is_an_error(make):
         r.close()
 
 
+class BigArrays(DataFlow):
+    """Datapoints of ~1.3 MB arrays (the shared-memory path) filled with a known value."""
+
+    def __iter__(self):
+        for i in range(1000):
+            yield [np.full((640, 1024), i % 251, np.uint16), np.uint8(i % 251), np.arange(3)]
+
+    def __len__(self):
+        return 1000
+
+
+def check_big(dp):
+    arr, v, small = dp
+    assert arr.shape == (640, 1024) and arr.dtype == np.uint16 and arr[0, 0] == v and (arr == v).all()
+    assert (small == np.arange(3)).all()
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_zmq_runner_large_arrays_stay_intact(shared_memory):
+    r = MultiProcessRunnerZMQ(BigArrays(), num_proc=2, hwm=8, shared_memory=shared_memory)
+    r.reset_state()
+    try:
+        it = iter(r)
+        for _ in range(100):  # arrays dropped at once: slots are recycled
+            check_big(next(it))
+        held = [next(it) for _ in range(60)]  # more than all slots: the workers fall back to frames
+        more = [next(it) for _ in range(40)]
+        for dp in held + more:
+            check_big(dp)
+        if shared_memory:
+            assert r._shm.maps, "large arrays should have used shared-memory slots"
+            assert held[-1][0].flags.writeable
+    finally:
+        r.close()
+
+
 def test_zmq_close_stops_workers_and_removes_socket_file():
     r = MultiProcessRunnerZMQ(Numbers(10), num_proc=2)
     r.reset_state()
