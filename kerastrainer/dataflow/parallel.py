@@ -2,7 +2,9 @@
 
 - :class:`MultiProcessRunnerZMQ` — the fast one: forked workers PUSH datapoints over
   an ``ipc://`` ZeroMQ socket in the wire format of :mod:`.wire` (numpy arrays as
-  raw frames, no pickling, no copy on either side beyond the socket's own).
+  raw frames, no pickling, no copy on either side beyond the socket's own); on
+  Linux, datapoints with >= 1 MiB of arrays skip the socket through shared-memory
+  slots (one copy in the worker, none in the consumer).
 - :class:`MultiProcessRunner` — the same with a ``multiprocessing.Queue`` (pickle).
 - :class:`MultiThreadRunner` — threads, each with its own DataFlow from ``get_df()``.
 
