@@ -45,6 +45,7 @@ import tempfile
 import threading
 import time
 import traceback
+import uuid
 import weakref
 from typing import Any, Callable, Iterator, List, Optional
 
@@ -105,7 +106,14 @@ def raise_if_error_frames(frames) -> None:
 
 
 def new_ipc_address(prefix: str) -> tuple:
-    """(``ipc://`` address, temp dir holding the socket file); the path fits the 107-byte limit."""
+    """(``ipc://`` address, temp dir holding the socket file or None).
+
+    On Linux the socket lives in the abstract namespace (``ipc://@name``): no file,
+    so nothing is left behind even when the process is killed. Elsewhere it is a
+    file in a fresh temp dir, with a path that fits the 107-byte limit.
+    """
+    if sys.platform.startswith("linux"):
+        return f"ipc://@{prefix}{os.getpid()}-{uuid.uuid4().hex}", None
     base = tempfile.gettempdir()
     if len(base) > 60:  # a long TMPDIR would overflow sockaddr_un
         base = "/tmp"
