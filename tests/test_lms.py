@@ -92,3 +92,222 @@ def test_gradients_equal_without_lms(built_store, policy, graph):
     # BatchNorm's moving statistics were updated once, exactly as without LMS
     for k, v in _moving(store).items():
         np.testing.assert_allclose(v, after_ref[k], rtol=1e-6, atol=1e-7, err_msg=k)
+
+
+def _executed_swaps(fn, *args):
+    """{(kind, device): count} of LMS swap ops in the partitioned graphs that ran."""
+    from tensorflow.python.eager import context
+    context.enable_run_metadata()
+    try:
+        fn(*args)
+        md = context.export_run_metadata()
+    finally:
+        context.disable_run_metadata()
+    found = {}
+    for fg in md.function_graphs:
+        for pg in fg.partition_graphs:
+            for n in pg.node:
+                last = n.name.split("/")[-1]
+                if n.op == "Identity" and last.startswith(("lms_swapout", "lms_swapin")):
+                    key = ("out" if "swapout" in last else "in", n.device.split("/")[-1])
+                    found[key] = found.get(key, 0) + 1
+    return found
+
+
+@pytest.mark.parametrize("policy", ["offload", "offload+recompute"])
+def test_offload_round_trip_in_executed_graph(built_store, policy):
+    image, label = _data()
+    lms = LMS(policy, host_device="/cpu:1", swapout_threshold=0)
+    lms.apply(built_store)
+    try:
+        found = _executed_swaps(tf.function(_grads, autograph=False), built_store, image, label)
+    finally:
+        lms.remove()
+    # the inputs of the 3 blocks at least: out to the host (CPU:1), back to the device (CPU:0)
+    assert found.get(("out", "device:CPU:1"), 0) >= 3, found
+    assert found.get(("in", "device:CPU:0"), 0) >= 3, found
+    assert found[("out", "device:CPU:1")] == found[("in", "device:CPU:0")], found
+    assert set(found) == {("out", "device:CPU:1"), ("in", "device:CPU:0")}, found
+
+
+def test_swapout_threshold_keeps_last_blocks(built_store):
+    image, label = _data()
+    lms = LMS("offload+recompute", host_device="/cpu:1", swapout_threshold=2)
+    lms.apply(built_store)
+    try:
+        found = _executed_swaps(tf.function(_grads, autograph=False), built_store, image, label)
+    finally:
+        lms.remove()
+    assert found == {("out", "device:CPU:1"): 1, ("in", "device:CPU:0"): 1}  # res0 only
+
+
+_PEAK_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+    from kerastrainer.lms import LMS, lms_block
+    from kerastrainer.models import Conv2D
+    from kerastrainer.tfutils import LayerStore
+    from kerastrainer.tfutils.tower import TowerContext
+
+    from kerastrainer.tfutils import get_variable
+
+    def block(x):
+        # elementwise layers: every activation is kept for the backward pass, no conv workspace
+        for j in range(4):
+            w = get_variable("w%d" % j, [x.shape[-1]], initializer=tf.ones_initializer())
+            x = tf.tanh(x * w + 0.1)
+        return x
+
+    def step(store, x):
+        with TowerContext("tower0", is_training=True, layer_store=store):
+            with tf.GradientTape() as tape:
+                for i in range(8):
+                    x = lms_block("b%d" % i, block)(x)
+                cost = tf.reduce_mean(tf.square(x))
+            return tape.gradient(cost, store.trainable_variables_list)
+
+    store = LayerStore()
+    x = tf.random.normal([256, 4096])
+    step(store, x[:1]); store.allow_create = False
+    if sys.argv[1] != "none":
+        LMS(sys.argv[1], host_device="/cpu:0").apply(store)
+    f = tf.function(step, autograph=False)
+    f(store, x)
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    f(store, x)
+    print("PEAK", json.dumps(tf.config.experimental.get_memory_info("CPU:0")["peak"]))
+""")
+
+
+def _peak(mode):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, mode], capture_output=True, text=True,
+                         timeout=240, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("PEAK")][-1]
+    return json.loads(line.split(None, 1)[1])
+
+
+def test_recompute_lowers_peak_memory():
+    # 8 blocks of 4 layers: ~64 activations of 4 MiB kept without LMS; 8 inputs + 1 block with it
+    base, rec = _peak("none"), _peak("recompute")
+    assert base > 64 << 20, base
+    assert rec < 0.6 * base, (rec, base)
+
+
+def test_keyword_tensor_is_a_clear_error(built_store):
+    lms = LMS("recompute")
+    lms.apply(built_store)
+    try:
+        blk = lms_block("kw", lambda x, y=None: x + y)
+        x = tf.ones([2, 3])
+        with TowerContext("tower0", is_training=True, layer_store=built_store):
+            with pytest.raises(LMSBlockError, match="keyword"):
+                blk(x, y=x)
+            with pytest.raises(LMSBlockError, match="no tensor argument"):
+                lms_block("none", lambda n: tf.ones([n]))(3)
+            with pytest.raises(LMSBlockError, match="must return a tensor"):
+                lms_block("bad", lambda x: "not a tensor")(x)
+    finally:
+        lms.remove()
+
+
+def test_random_ops_refused_in_recompute(built_store):
+    lms = LMS("recompute")
+    lms.apply(built_store)
+    try:
+        blk = lms_block("drop", lambda x: tf.nn.dropout(x * 2.0, rate=0.5))
+        x = tf.ones([4, 8])
+
+        @tf.function(autograph=False)
+        def f(x):
+            with TowerContext("tower0", is_training=True, layer_store=built_store):
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    y = tf.reduce_sum(blk(x))
+                return tape.gradient(y, x)
+        with pytest.raises(ValueError, match="random"):
+            f(x)
+    finally:
+        lms.remove()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="policy"):
+        LMS("swap")
+    with pytest.raises(ValueError, match="swapin_ahead"):
+        LMS("offload", swapin_ahead=-2)
+    with pytest.raises(ValueError, match="memory size"):
+        LMS("auto", memory_budget="lots")
+    with pytest.raises(TypeError, match="ModelDesc"):
+        LMS("recompute").apply(object())
+
+
+class BlockNet:
+    """A ModelDesc with three LMS blocks (conv, BatchNorm) and a dense head."""
+
+    @staticmethod
+    def make():
+        from kerastrainer.train import ModelDesc
+
+        class Net(ModelDesc):
+            def inputs(self):
+                return [tf.TensorSpec((None, 8, 8, 3), tf.float32, "image"),
+                        tf.TensorSpec((None,), tf.int32, "label")]
+
+            def build_graph(self, image, label):
+                return tower(image, label)
+
+            def optimizer(self):
+                return keras.optimizers.SGD(0.1)
+        return Net()
+
+
+class _ImageData:
+    def __init__(self, n=8, batch=8):
+        rng = np.random.RandomState(1)
+        self.x = rng.randn(n * batch, 8, 8, 3).astype("float32")
+        self.y = (self.x.mean(axis=(1, 2, 3)) > 0).astype("int32") * 3
+        self.n, self.batch = n, batch
+
+    def reset_state(self):
+        pass
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            s = slice(i * self.batch, (i + 1) * self.batch)
+            yield [self.x[s], self.y[s]]
+
+
+def _train(towers, lms):
+    from kerastrainer.train import (SimpleTrainer, SyncMultiGPUTrainerReplicated, TrainConfig,
+                                    launch_train_with_config)
+    costs = []
+    from kerastrainer.callbacks.base import CallbackFactory
+    keras.utils.set_random_seed(0)  # the same initial weights in both runs
+    rec = CallbackFactory(trigger_step=lambda cb: costs.append(cb.trainer.last_step_outputs["cost"]))
+    cfg = TrainConfig(model=BlockNet.make(), dataflow=_ImageData(batch=8 // towers),
+                      callbacks=[rec] + ([lms] if lms else []), extra_callbacks=[], monitors=[],
+                      max_epoch=3, steps_per_epoch=8)
+    trainer = SimpleTrainer(steps_per_call=1) if towers == 1 else \
+        SyncMultiGPUTrainerReplicated(towers, steps_per_call=1)
+    launch_train_with_config(cfg, trainer)
+    return costs, {k: v.numpy() for k, v in trainer.named_variables().items()}
+
+
+@pytest.mark.parametrize("towers", [1, 2])
+def test_training_with_lms_callback(towers):
+    costs0, w0 = _train(towers, None)
+    lms = LMS("offload+recompute" if towers == 1 else "recompute", host_device="/cpu:3",
+              swapout_threshold=0)
+    costs1, w1 = _train(towers, lms)
+    assert set(lms.seen_blocks) == {"res0", "res1", "res2"}
+    assert np.mean(costs1[-4:]) < 0.8 * np.mean(costs1[:4])
+    np.testing.assert_allclose(costs1, costs0, rtol=1e-4, atol=1e-5)
+    for k in w0:  # weights and BatchNorm moving statistics
+        np.testing.assert_allclose(w1[k], w0[k], rtol=1e-4, atol=1e-5, err_msg=k)

@@ -5,9 +5,9 @@ an offloaded block read its saved forward tensors through a pair of copies: a
 *swap-out* (``Identity`` placed on the host device, it runs as soon as the tensor
 exists) and a *swap-in* (``Identity`` on the tensor's own device, held back by a
 control dependency on a *trigger*: the incoming gradient of a later block, so the
-copy back starts when the backward pass gets near). Grappler keeps both copies: an
-``Identity`` that changes device is not removable, and the swap-in has a control
-input; the tests check the ops are in the graph that runs.
+copy back starts when the backward pass gets near). Grappler would fold most of
+these ``Identity`` ops away, so both carry grappler's ``_grappler_do_not_remove``
+mark; the tests check that the copies are in the partitioned graph that runs.
 
 Example (what :func:`run_offloaded` does for one tensor)::
 
@@ -20,7 +20,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import tensorflow as tf
 
-__all__ = ["swap_out", "swap_in", "same_device", "compute_device", "rewire_backward",
+__all__ = ["keep_in_graph", "swap_out", "swap_in", "same_device", "compute_device", "rewire_backward",
            "tensor_bytes", "SWAP_OUT_NAME", "SWAP_IN_NAME"]
 
 SWAP_OUT_NAME = "lms_swapout"
@@ -65,17 +65,28 @@ def tensor_bytes(t, batch_size: Optional[int] = None) -> Optional[int]:
         return None
 
 
+def keep_in_graph(t: tf.Tensor) -> tf.Tensor:
+    """Mark the op of ``t`` so grappler keeps it (graph mode; a no-op eagerly).
+
+    Without the mark grappler folds most ``Identity`` pairs away, device change or not.
+    """
+    if not tf.executing_eagerly() and hasattr(t, "op"):
+        from tensorflow.core.framework import attr_value_pb2
+        t.op._set_attr("_grappler_do_not_remove", attr_value_pb2.AttrValue(b=True))
+    return t
+
+
 def swap_out(t: tf.Tensor, host_device: str) -> tf.Tensor:
     """A copy of ``t`` on ``host_device``."""
     with tf.device(host_device):
-        return tf.identity(t, name=SWAP_OUT_NAME)
+        return keep_in_graph(tf.identity(t, name=SWAP_OUT_NAME))
 
 
 def swap_in(t_host: tf.Tensor, device: str, triggers: Sequence[tf.Tensor] = ()) -> tf.Tensor:
     """A copy of ``t_host`` on ``device``, made only after ``triggers`` exist (graph mode)."""
     deps = [t for t in triggers if t is not None]
     with tf.device(device or compute_device()), tf.control_dependencies(deps):
-        return tf.identity(t_host, name=SWAP_IN_NAME)
+        return keep_in_graph(tf.identity(t_host, name=SWAP_IN_NAME))
 
 
 def _swappable(t: tf.Tensor) -> bool:

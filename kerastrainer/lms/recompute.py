@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from ..utils import logger
 from . import _state
-from .offload import compute_device, rewire_backward, same_device, swap_in, swap_out
+from .offload import compute_device, keep_in_graph, rewire_backward, same_device, swap_in, swap_out
 
 __all__ = ["BlockConfig", "run_block", "MODES", "LMSBlockError"]
 
@@ -164,8 +164,9 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
             return back
         if eager:
             return list(xs)
+        # grappler must keep the gate, else the recompute may run during the forward pass
         with tf.control_dependencies(dys):
-            return [tf.identity(x) for x in xs]
+            return [keep_in_graph(tf.identity(x, name="lms_recompute_gate")) for x in xs]
 
     def gradients(tape, outs, inputs, variables, dys):
         targets = [o for o in outs if _is_float(o)]
