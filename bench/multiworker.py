@@ -15,7 +15,9 @@ Measures, in fresh processes, interleaved, each repeat in this order:
    socket on 127.0.0.1, and rank 0 copies them with ``np.copyto``.
 
 Images per second are timed after a warm-up epoch (tracing excluded) from the
-chief's epoch timer; bandwidths are bytes / median seconds (all-reduce "algorithm
+chief's epoch timer. On a shared machine two processes get a larger share of the
+cores than one, so images per CPU-second (user + system time of every worker, same
+epochs) are printed too: the cost of the work, whatever the machine's load. Bandwidths are bytes / median seconds (all-reduce "algorithm
 bandwidth"; the ring moves 2(n-1)/n times that over the wire per worker).
 """
 from __future__ import annotations
@@ -68,16 +70,20 @@ def child_train(args) -> None:
         def optimizer(self):
             return keras.optimizers.SGD(0.01)
 
-    times = []
+    times, cpu = [], []
 
     class EpochTimer(Callback):
         _chief_only = False
 
         def _before_epoch(self):
             self._t0 = time.perf_counter()
+            if self.trainer.epoch_num == 2:  # CPU time of all this process's threads, after warm-up
+                cpu.append(time.process_time())
 
         def _after_epoch(self):
             times.append(time.perf_counter() - self._t0)
+            if self.trainer.epoch_num == 3:
+                cpu.append(time.process_time())
 
     config = TrainConfig(model=ConvNet(), data=DummyConstantInput([[batch, 28, 28, 1], [batch]]),
                          callbacks=[EpochTimer()], extra_callbacks=[], monitors=[],
@@ -85,9 +91,10 @@ def child_train(args) -> None:
     launch_train_with_config(config, trainer)
     params = sum(int(v.shape.num_elements()) for v in trainer.trainable_variables)
     timed = sum(times[1:])  # epoch 1 includes tracing
-    if trainer.is_chief:
-        print(RESULT + json.dumps({"images_per_s": 2 * args.batch * args.steps * (len(times) - 1) / timed,
-                                   "params": params}), flush=True)
+    # every worker reports its CPU seconds; the driver adds them up
+    print(RESULT + json.dumps({"images_per_s": 2 * args.batch * args.steps * (len(times) - 1) / timed,
+                               "images": 2 * args.batch * args.steps * (len(times) - 1),
+                               "cpu_s": cpu[1] - cpu[0], "chief": trainer.is_chief, "params": params}), flush=True)
 
 
 def child_allreduce(args) -> None:
@@ -185,10 +192,13 @@ def run_child(cmd, timeout):
         except ProcessLookupError:
             pass
         proc.wait(timeout=10)
-    results = [line.split(RESULT, 1)[1] for line in out.splitlines() if RESULT in line]
+    results = [json.loads(line.split(RESULT, 1)[1]) for line in out.splitlines() if RESULT in line]
     if proc.returncode != 0 or not results:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{out[-4000:]}")
-    return json.loads(results[-1])
+    if "cpu_s" in results[0]:  # training: the chief's rate, everyone's CPU seconds
+        chief = [r for r in results if r["chief"]][0]
+        return dict(chief, img_per_cpu_s=chief["images"] / sum(r["cpu_s"] for r in results))
+    return results[-1]
 
 
 def main():
@@ -219,8 +229,10 @@ def main():
             rows["allreduce"].append(run_child(
                 launch + [sys.executable, HERE, "--child", "allreduce", "--mb", str(args.mb), "--iters",
                           str(args.iters), "--rendezvous", rdv], 900))
-        print(f"repeat {rep + 1}: single {rows['single'][-1]['images_per_s']:.0f} img/s, "
-              f"2 workers {rows['multi'][-1]['images_per_s']:.0f} img/s, "
+        print(f"repeat {rep + 1}: single {rows['single'][-1]['images_per_s']:.0f} img/s "
+              f"({rows['single'][-1]['img_per_cpu_s']:.0f} per CPU-s), "
+              f"2 workers {rows['multi'][-1]['images_per_s']:.0f} img/s "
+              f"({rows['multi'][-1]['img_per_cpu_s']:.0f} per CPU-s), "
               f"all-reduce {rows['allreduce'][-1]['allreduce_mb_s']:.0f} MB/s, "
               f"tcp {rows['allreduce'][-1]['tcp_mb_s']:.0f} MB/s, "
               f"copyto {rows['allreduce'][-1]['copyto_mb_s']:.0f} MB/s", flush=True)
@@ -229,12 +241,16 @@ def main():
         return statistics.median(r[key] for r in rows[kind])
 
     single, multi = med("single", "images_per_s"), med("multi", "images_per_s")
+    single_cpu, multi_cpu = med("single", "img_per_cpu_s"), med("multi", "img_per_cpu_s")
     ar, tcp, cp = (med("allreduce", k) for k in ("allreduce_mb_s", "tcp_mb_s", "copyto_mb_s"))
     params = rows["single"][0]["params"]
     print(f"\nmedians of {args.repeats} (convnet with {params:,} parameters; gradient {params * 4 / 1e6:.1f} MB)")
     table = [
         ("1 process, batch 2B (SimpleTrainer)", f"{single:,.0f} img/s", "1.00"),
         ("2 workers, batch B each (MultiWorkerTrainer, ring)", f"{multi:,.0f} img/s", f"{multi / single:.2f}"),
+        ("1 process, per CPU-second", f"{single_cpu:,.0f} img/cpu-s", "1.00"),
+        ("2 workers, per CPU-second (both workers' CPU)", f"{multi_cpu:,.0f} img/cpu-s",
+         f"{multi_cpu / single_cpu:.2f}"),
         (f"MWMS ring all-reduce, {args.mb:g} MB, 2 workers", f"{ar:,.0f} MB/s", f"{ar / tcp:.2f} of TCP"),
         ("TCP send on 127.0.0.1, same bytes", f"{tcp:,.0f} MB/s", "1.00 of TCP"),
         ("np.copyto in one process, same bytes", f"{cp:,.0f} MB/s", f"{cp / tcp:.2f} of TCP"),
