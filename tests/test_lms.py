@@ -311,3 +311,48 @@ def test_training_with_lms_callback(towers):
     np.testing.assert_allclose(costs1, costs0, rtol=1e-4, atol=1e-5)
     for k in w0:  # weights and BatchNorm moving statistics
         np.testing.assert_allclose(w1[k], w0[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_auto_plans_from_budget():
+    from kerastrainer.lms.planner import BlockProfile, plan
+    blocks = [BlockProfile(f"b{i}", i, 100, 10) for i in range(4)]
+    assert plan(blocks, 0, 0, 1000, False).modes == {}
+    p = plan(blocks, 0, 0, 300, False)
+    assert p.fits and set(p.modes.values()) == {"recompute"} and p.estimate_after <= 300
+    p = plan(blocks, 0, 0, 120, True)   # needs the inputs on the host too
+    assert "offload+recompute" in p.modes.values() and "b3" not in \
+        [k for k, m in p.modes.items() if m == "offload+recompute"]
+
+
+def test_auto_on_model_desc_logs_and_trains():
+    lms = LMS("auto", memory_budget=20 << 10, batch_size=8, host_device="/cpu:3")
+    costs, _ = _train(1, lms)
+    assert lms.plan is not None and lms.plan.modes, lms.plan
+    assert set(lms.seen_blocks) <= {"res0", "res1", "res2"} and lms.seen_blocks
+    assert np.isfinite(costs).all()
+
+
+def test_keras_model_blocks():
+    keras.utils.set_random_seed(0)
+    def blk(name):
+        return keras.Sequential([keras.layers.Dense(16, activation="tanh"),
+                                 keras.layers.BatchNormalization(), keras.layers.Dense(16)], name=name)
+    inp = keras.Input((16,))
+    out = keras.layers.Dense(1)(blk("b1")(blk("b0")(inp)))
+    model = keras.Model(inp, out)
+    x = tf.random.normal([8, 16])
+
+    def grads():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x, training=True) ** 2)
+        return [g.numpy() for g in tape.gradient(loss, model.trainable_weights)]
+    ref = grads()
+    lms = LMS("recompute", blocks=["b*"])
+    lms.apply(model)
+    try:
+        got = grads()
+        assert set(lms.seen_blocks) == {"b0", "b1"}
+    finally:
+        lms.remove()
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

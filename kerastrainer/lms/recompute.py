@@ -159,8 +159,11 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
                 dev = x.device or compute_device()
                 if _is_float(x) and not same_device(dev, cfg.host_device):
                     back.append(swap_in(swap_out(x, cfg.host_device), dev, triggers))
-                else:
+                elif eager:
                     back.append(x)
+                else:  # not moved (already on the host device): still wait for the gradient
+                    with tf.control_dependencies(dys):
+                        back.append(keep_in_graph(tf.identity(x, name="lms_recompute_gate")))
             return back
         if eager:
             return list(xs)
