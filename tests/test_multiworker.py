@@ -91,6 +91,9 @@ def worker_main(argv):
     class Record(Callback):
         _chief_only = False
 
+        def _setup_graph(self):  # before the trainer's broadcast: the values MWMS created
+            np.savez(os.path.join(args.out, f"created-{rank}.npz"), **_weights(self.trainer))
+
         def _before_train(self):
             record["start_step"] = self.trainer.global_step
             record["start_epoch"] = self.trainer.starting_epoch
@@ -176,10 +179,13 @@ def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path):
         assert rec["is_chief"] == (r == 0)
         assert (rec["global_step"], rec["epoch"], rec["steps_per_epoch"], rec["num_replicas"]) == (2 * spe, 2, spe, 2)
 
-    # identical initial weights although each worker seeded its RNG differently
+    # identical initial weights although each worker seeded its RNG differently: MWMS
+    # broadcasts the chief's initial values when variables are created, before ours
+    created = [load(out / f"created-{r}.npz") for r in range(2)]
     init = [load(out / f"init-{r}.npz") for r in range(2)]
     final = [load(out / f"final-{r}.npz") for r in range(2)]
     for k in init[0]:
+        np.testing.assert_array_equal(created[0][k], created[1][k])
         np.testing.assert_array_equal(init[0][k], init[1][k])
         np.testing.assert_array_equal(final[0][k], final[1][k])
         assert not np.allclose(init[0][k], final[0][k])
@@ -194,7 +200,8 @@ def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path):
     assert (log / "log.log").is_file() and (log / f"checkpoint-{2 * spe}.index").is_file()
     assert len(list(log.glob("log.log*"))) == 1
     text = (log / "log.log").read_text()
-    assert "rank 0 of 2 (chief)" in text and "rank 1 of 2" not in text
+    assert "Rank 0: 8 variables broadcast" in text and "Model saved to" in text
+    assert "Rank 1:" not in text and "Chief-only callbacks not run on this worker" not in text
     assert records[1]["logdir"] != records[0]["logdir"] == str(log)
     assert not os.path.exists(records[1]["logdir"])  # the worker's temporary one is removed at exit
 

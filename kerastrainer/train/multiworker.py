@@ -226,7 +226,7 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
                              "or set TF_CONFIG. (Under horovodrun/mpirun use HorovodTrainer.)")
         n_gpu = _pin_gpu(info.local_rank, "MultiWorkerTrainer")
         options = _communication(communication, on_gpu=n_gpu > 0)
-        if cluster_resolver is None and info.workers:
+        if cluster_resolver is None and info.workers and info.size > 1:
             cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
                 tf.train.ClusterSpec({"worker": info.workers}), task_type="worker", task_id=info.rank,
                 num_accelerators={"GPU": n_gpu}, rpc_layer="grpc")
@@ -236,8 +236,8 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
                             if k in ("chief", "worker"))
         else:
             self.rank, self.size = 0, 1
-            logger.warning("MultiWorkerTrainer: no cluster in the environment, training in one process. "
-                           "Start the workers with kerastrainer-run -np N, srun, or set TF_CONFIG.")
+            logger.warning("MultiWorkerTrainer: a single worker (the environment names no cluster of several "
+                           "processes). Start the workers with kerastrainer-run -np N, srun, or set TF_CONFIG.")
         self.is_chief = self.rank == 0
         try:
             self._strategy = tf.distribute.MultiWorkerMirroredStrategy(
