@@ -39,6 +39,9 @@ def _tf_name_map():
 
 
 def __getattr__(name):
+    if name == "__all__":
+        # computed on demand (by a star-import), so that `import kerastrainer` stays TF-free
+        return list(dataflow.__all__) + ["logger"] + list(_tf_name_map())
     if name.startswith("__"):
         raise AttributeError(name)
     mod = _tf_name_map().get(name)
@@ -49,16 +52,3 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_tf_name_map()))
-
-
-class _AllNames(list):
-    """``__all__`` that lists the TF-side names only when a star-import asks for them."""
-
-    def __iter__(self):
-        return iter(list(dataflow.__all__) + ["logger"] + list(_tf_name_map()))
-
-    def __len__(self):
-        return len(list(iter(self)))
-
-
-__all__ = _AllNames()
