@@ -42,8 +42,8 @@ def test_constructor_without_horovod_says_so_and_names_the_alternative():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_HOROVOD, reason=WHY_NOT)
-@pytest.mark.skipif(shutil.which("horovodrun") is None, reason="horovodrun is not on PATH")
+@pytest.mark.skipif(not HAVE_HOROVOD or shutil.which("horovodrun") is None,
+                    reason=WHY_NOT or "horovodrun is not on PATH")
 def test_two_ranks_under_horovodrun_train_like_one_process(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
