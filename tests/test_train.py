@@ -311,3 +311,27 @@ def test_histograms_reach_tensorboard(logdir):
         for v in e.summary.value:
             tags.add(v.tag)
     assert {"param-summary/fc1/W", "param-summary/fc2/W", "input_x"} <= tags
+
+
+def test_killed_dataflow_worker_stops_training_and_leaves_no_process():
+    import signal
+
+    import psutil
+
+    from kerastrainer.dataflow import MultiProcessRunnerZMQ
+
+    class KillWorker(Callback):
+        def _trigger_step(self):
+            if self.global_step >= 5 and not getattr(self, "done", False):
+                self.done = True
+                kids = psutil.Process().children(recursive=True)
+                assert kids, "the runner has no worker processes"
+                os.kill(kids[0].pid, signal.SIGKILL)
+
+    df = MultiProcessRunnerZMQ(LinearData(), num_proc=2)
+    with pytest.raises(InputSourceError, match="(?s)(SIGKILL|killed|signal)"):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=df, callbacks=[KillWorker()], max_epoch=50),
+                                 SimpleTrainer(steps_per_call=1))
+    assert not _producer_threads()
+    gone, alive = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=5)
+    assert not alive
