@@ -65,7 +65,9 @@ def run_script(args, timeout=600, logical_cpus=None):
     ``logical_cpus``: split the CPU into that many logical devices before TF starts (towers).
     """
     script, rest = args[0], [str(a) for a in args[1:]]
-    if logical_cpus:
+    if script == "-m":  # a module: python -m <module> <args>
+        cmd = [sys.executable, "-m"] + rest
+    elif logical_cpus:
         boot = ("import sys, runpy, tensorflow as tf\n"
                 "cpu = tf.config.list_physical_devices('CPU')[0]\n"
                 f"tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * {logical_cpus})\n"
@@ -82,13 +84,13 @@ def run_script(args, timeout=600, logical_cpus=None):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        pytest.fail(f"{os.path.basename(script)} timed out after {timeout} s; output tail:\n{out[-4000:]}")
+        pytest.fail(f"{' '.join(cmd[:4])} timed out after {timeout} s; output tail:\n{out[-4000:]}")
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # data workers must not outlive the test
         except ProcessLookupError:
             pass
-    assert proc.returncode == 0, f"{os.path.basename(script)} failed ({proc.returncode}):\n{out[-6000:]}"
+    assert proc.returncode == 0, f"{' '.join(cmd[:4])} failed ({proc.returncode}):\n{out[-6000:]}"
     return out
 
 
@@ -291,5 +293,19 @@ def test_keras_fake_mode(tmp_path):
     run_script([KERAS_SCRIPT, "--fake", "--batch", 2, "--image-size", 32, "--steps-per-epoch", 2,
                 "--epochs", 1, "--logdir", logdir], timeout=900)
     stats = read_stats(logdir)
+    assert stats[-1]["global_step"] == 2 and np.isfinite(stats[-1]["cost"])
+    assert checkpoint_steps(logdir) == [2]
+
+
+@pytest.mark.slow
+def test_modeldesc_multiworker_two_processes(tmp_path):
+    """``--trainer multiworker`` under kerastrainer-run: 2 processes on 127.0.0.1, TF collectives."""
+    pytest.importorskip("kerastrainer.train.multiworker")
+    logdir = str(tmp_path / "mw")
+    out = run_script(["-m", "kerastrainer.run", "-np", 2, sys.executable, MODELDESC_SCRIPT, "--fake", "--depth", 18,
+                      "--batch", 2, "--image-size", 32, "--trainer", "multiworker", "--steps-per-epoch", 2,
+                      "--epochs", 1, "--logdir", logdir], timeout=900)
+    assert "Total batch 4 (2 per tower x 2 towers)" in out
+    stats = read_stats(logdir)  # written by the chief only
     assert stats[-1]["global_step"] == 2 and np.isfinite(stats[-1]["cost"])
     assert checkpoint_steps(logdir) == [2]
