@@ -17,8 +17,9 @@ Measures, in fresh processes, interleaved, each repeat in this order:
 Images per second are timed after a warm-up epoch (tracing excluded) from the
 chief's epoch timer. On a shared machine two processes get a larger share of the
 cores than one, so images per CPU-second (user + system time of every worker, same
-epochs) are printed too: the cost of the work, whatever the machine's load. Bandwidths are bytes / median seconds (all-reduce "algorithm
-bandwidth"; the ring moves 2(n-1)/n times that over the wire per worker).
+epochs) are printed too: the cost of the work, whatever the machine's load.
+Bandwidths are bytes / median seconds (all-reduce "algorithm bandwidth"; the ring
+moves 2(n-1)/n times that over the wire per worker).
 """
 from __future__ import annotations
 

@@ -113,7 +113,8 @@ def worker_main(argv):
     config = AutoResumeTrainConfig(model=make_model(), dataflow=shard_dataflow(make_data(BATCH, NUM_BATCHES)),
                                    callbacks=callbacks, max_epoch=args.epochs)
     launch_train_with_config(config, trainer)
-    record.update(logdir=logger.get_logger_dir(), global_step=trainer.global_step, epoch=trainer.epoch_num, steps_per_epoch=trainer.steps_per_epoch,
+    record.update(logdir=logger.get_logger_dir(), global_step=trainer.global_step, epoch=trainer.epoch_num,
+                  steps_per_epoch=trainer.steps_per_epoch,
                   num_replicas=trainer.num_replicas)
     np.savez(os.path.join(args.out, f"final-{rank}.npz"), **_weights(trainer))
     with open(os.path.join(args.out, f"record-{rank}.json"), "w") as f:

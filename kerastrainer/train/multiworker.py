@@ -13,7 +13,7 @@ stopping early when a callback on any worker raises ``StopTraining``.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 import numpy as np
 import tensorflow as tf
