@@ -205,13 +205,13 @@ def test_modeldesc_fake_mode(tmp_path):
 
 
 def test_multiworker_trainers_fail_clearly_when_unavailable(tmp_path):
-    cmd = [sys.executable, MODELDESC_SCRIPT, "--fake", "--trainer", "horovod", "--logdir", str(tmp_path / "h")]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     try:
         import horovod.tensorflow  # noqa: F401
         pytest.skip("Horovod is installed here")
     except ImportError:
         pass
+    cmd = [sys.executable, MODELDESC_SCRIPT, "--fake", "--trainer", "horovod", "--logdir", str(tmp_path / "h")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0
     assert "--trainer horovod is not available" in res.stderr and "multiworker" in res.stderr
     res = subprocess.run([sys.executable, MODELDESC_SCRIPT, "--batch", "2"], capture_output=True, text=True,
