@@ -7,7 +7,7 @@ Data pipeline (the fast one):
 
 - training: each of ``num_proc`` worker processes lists the training files, shuffles
   them, decodes each JPEG with OpenCV, augments it (fb.resnet.torch's recipe, with the
-  colour jitter fused into one pass, see :class:`FusedColorJitter`) and batches the
+  colour jitter fused into one pass, ``imgaug.FusedColorJitter``) and batches the
   uint8 images *in the worker*; whole uint8 batches cross the process boundary
   (``MultiProcessRunnerZMQ``), 4x fewer bytes than float32 and one message per batch;
 - validation: a parallel map (``MultiProcessMapDataZMQ``, strict: exactly one pass)
@@ -37,94 +37,12 @@ NUM_CLASSES = 1000
 # ImageNet's per-channel mean and std on the [0, 1] scale, RGB order (torchvision's numbers)
 MEAN_RGB = np.array([0.485, 0.456, 0.406], np.float32)
 STD_RGB = np.array([0.229, 0.224, 0.225], np.float32)
-# cv2.COLOR_BGR2GRAY's weights, BGR order: the grey image Contrast and Saturation use
-_GRAY_BGR = np.array([0.114, 0.587, 0.299], np.float32)
 TRAIN_IMAGES = 1281167
 
 
 # ---------------------------------------------------------------------------------------
 # augmentation
 # ---------------------------------------------------------------------------------------
-
-class FusedColorJitter(imgaug.ImageAugmentor):
-    """fb.resnet.torch's colour jitter, applied to a uint8 BGR image in one pass.
-
-    The same random transform as ``ToFloat32`` -> ``RandomOrderAug([BrightnessScale,
-    Contrast(rgb=False), Saturation(rgb=False), Lighting])`` (all unclipped) ->
-    ``ToUint8`` of :func:`kerastrainer.dataflow.imgaug.fbresnet_augmentor`, computed
-    another way: each of the four operations is an affine map of a pixel's colour
-    (``x -> M x + b``; contrast's grey mean is the same affine map of the image's mean
-    colour), so their composition in the drawn order is one 3x4 matrix, applied with
-    ``cv2.transform`` on the uint8 image (which rounds and saturates to [0, 255]).
-    That is one pass over uint8 pixels instead of about ten over float32 copies.
-
-    Example::
-
-        augs = [imgaug.GoogleNetRandomCropAndResize(target_shape=224), FusedColorJitter(), imgaug.Flip(horiz=True)]
-    """
-
-    def __init__(self, brightness=(0.6, 1.4), contrast=(0.6, 1.4), saturation: float = 0.4,
-                 lighting_std: float = 0.1):
-        super().__init__()
-        self.brightness = tuple(float(v) for v in brightness)
-        self.contrast = tuple(float(v) for v in contrast)
-        self.saturation = float(saturation)
-        self.lighting_std = float(lighting_std)
-        light = imgaug.Lighting(lighting_std, bgr=True)  # ImageNet's colour PCA, BGR order, [0, 255] scale
-        self._eigval, self._eigvec = light.eigval.astype(np.float64), light.eigvec.astype(np.float64)
-
-    def draw_ops(self) -> list:
-        """The random operations of one image, in their drawn order: ``[(name, value), ...]``."""
-        rng = self.rng
-        ops = []
-        for op in rng.permutation(4):
-            if op == 0:
-                ops.append(("brightness", rng.uniform(*self.brightness)))
-            elif op == 1:
-                ops.append(("contrast", rng.uniform(*self.contrast)))
-            elif op == 2:
-                ops.append(("saturation", 1.0 + rng.uniform(-self.saturation, self.saturation)))
-            else:
-                ops.append(("lighting", rng.randn(3) * self.lighting_std))
-        return ops
-
-    def compose(self, ops, mean_bgr) -> np.ndarray:
-        """The 3x4 affine colour map of ``ops`` for an image whose mean colour is ``mean_bgr``."""
-        m, b = np.eye(3), np.zeros(3)
-        mean = np.asarray(mean_bgr, np.float64)[:3]
-        gray = _GRAY_BGR.astype(np.float64)
-        for name, value in ops:
-            if name == "brightness":    # x * a
-                m, b = m * value, b * value
-            elif name == "contrast":    # (x - g) * r + g, g: the grey mean of the current image
-                g = float(gray @ (m @ mean + b))
-                m, b = m * value, b * value + (1.0 - value) * g
-            elif name == "saturation":  # v x + (1 - v) grey(x)
-                s = value * np.eye(3) + (1.0 - value) * np.outer(np.ones(3), gray)
-                m, b = s @ m, s @ b
-            else:                       # PCA lighting: x + eigvec @ (alpha * eigval)
-                b = b + self._eigvec @ (np.asarray(value) * self._eigval)
-        return np.hstack([m, b[:, None]]).astype(np.float32)
-
-    def get_transform(self, img):
-        if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
-            raise ValueError(f"FusedColorJitter needs a uint8 HxWx3 BGR image, got {img.dtype} {img.shape}.")
-        mat = self.compose(self.draw_ops(), cv2.mean(img)[:3])
-        return imgaug.PhotometricTransform(lambda im: cv2.transform(im, mat), "FusedColorJitter")
-
-
-def fbresnet_fast_augmentor(is_training: bool, image_size: int = 224, interp: int = cv2.INTER_CUBIC):
-    """fb.resnet.torch's augmentation (as ``imgaug.fbresnet_augmentor``), colour jitter fused.
-
-    Training: Inception-style random crop (8-100% of the area, aspect 3/4-4/3) resized
-    to ``image_size``, fused colour jitter, random horizontal flip. Evaluation: the
-    shorter side resized to ``image_size * 256 / 224``, central crop. uint8 in, uint8 out.
-    """
-    if is_training:
-        return [imgaug.GoogleNetRandomCropAndResize(target_shape=image_size, interp=interp),
-                FusedColorJitter(), imgaug.Flip(horiz=True)]
-    return imgaug.fbresnet_augmentor(False, interp=interp, image_size=image_size)
-
 
 class _DecodeAugment:
     """``[file name, label] -> [uint8 image, int32 label]``: decode with OpenCV, augment.
@@ -176,7 +94,7 @@ def get_imagenet_dataflow(datadir: str, name: str, batch_size: int, image_size: 
     """
     num_proc = default_num_workers() if num_proc is None else int(num_proc)
     is_train = name == "train"
-    augmentors = fbresnet_fast_augmentor(is_train, image_size)
+    augmentors = imgaug.fbresnet_augmentor(is_train, interp=cv2.INTER_CUBIC, image_size=image_size)
     src = ILSVRC12Files(datadir, name, meta_dir=_meta_dir(datadir, meta_dir), shuffle=is_train)
     if shard is not None:
         src.imglist = list(shard(src.imglist))
