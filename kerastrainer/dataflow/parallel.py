@@ -91,6 +91,18 @@ def error_frames(owner: str, idx: int) -> List[bytes]:
     return [ERROR_MARKER, msgpack.packb(info, use_bin_type=True)]
 
 
+def report_failure_and_exit(sock: zmq.Socket, ctx: zmq.Context, owner: str, idx: int) -> None:
+    """In a worker, inside ``except``: send the exception to the consumer, then exit."""
+    sock.sndtimeo = 5000
+    try:
+        sock.send_multipart(error_frames(owner, idx))
+    except zmq.ZMQError:
+        pass
+    sock.close(linger=5000)
+    ctx.term()
+    sys.exit(1)
+
+
 def raise_if_error_frames(frames) -> None:
     """Raise :class:`DataFlowWorkerError` if ``frames`` is a worker's error message.
 
@@ -248,6 +260,19 @@ class _RunnerBase(DataFlow):
             raise RuntimeError(f"This {type(self).__name__} is closed; create a new one.")
         if not self._reset_done:
             raise RuntimeError(f"Call reset_state() on this {type(self).__name__} before iterating it.")
+
+    def _iterate_queue(self) -> Iterator[Any]:
+        """``len(ds)`` datapoints from ``self._get()`` (forever if unsized); close on errors."""
+        self._check_ready()
+        with self._guard:
+            counter = range(self._size) if self._size >= 0 else itertools.count()
+            for _ in counter:
+                try:
+                    item = self._get()
+                except BaseException:
+                    self.close()
+                    raise
+                yield item
 
     def close(self) -> None:
         """Stop the workers and release sockets and files; safe to call more than once."""
@@ -454,14 +479,7 @@ def _zmq_runner_worker(parent_pid, use_pdeathsig, ds, addr, hwm, idx, owner, cha
                 raise RuntimeError(f"The DataFlow {type(ds).__name__} given to {owner} yielded no datapoint "
                                    "in a whole pass; the worker would spin forever.")
     except Exception:
-        sock.sndtimeo = 5000
-        try:
-            sock.send_multipart(error_frames(owner, idx))
-        except zmq.ZMQError:
-            pass
-        sock.close(linger=5000)
-        ctx.term()
-        sys.exit(1)
+        report_failure_and_exit(sock, ctx, owner, idx)
 
 
 class MultiProcessRunnerZMQ(_RunnerBase):
@@ -615,6 +633,8 @@ class MultiProcessRunner(_RunnerBase):
             ...
     """
 
+    __iter__ = _RunnerBase._iterate_queue
+
     def __init__(self, ds, num_prefetch: int, num_proc: int):
         super().__init__()
         if int(num_proc) < 1 or int(num_prefetch) < 1:
@@ -660,17 +680,6 @@ class MultiProcessRunner(_RunnerBase):
                     raise item.error()
             raise self._workers.death_error(dead)
 
-    def __iter__(self) -> Iterator[Any]:
-        self._check_ready()
-        with self._guard:
-            counter = range(self._size) if self._size >= 0 else itertools.count()
-            for _ in counter:
-                try:
-                    item = self._get()
-                except BaseException:
-                    self.close()
-                    raise
-                yield item
 
 
 # ----------------------------------------------------------------------------
@@ -729,6 +738,8 @@ class MultiThreadRunner(_RunnerBase):
             ...
     """
 
+    __iter__ = _RunnerBase._iterate_queue
+
     def __init__(self, get_df: Callable[[], Any], num_prefetch: int, num_thread: int):
         super().__init__()
         if not callable(get_df):
@@ -764,14 +775,3 @@ class MultiThreadRunner(_RunnerBase):
                 raise item.error()
             return item
 
-    def __iter__(self) -> Iterator[Any]:
-        self._check_ready()
-        with self._guard:
-            counter = range(self._size) if self._size >= 0 else itertools.count()
-            for _ in counter:
-                try:
-                    item = self._get()
-                except BaseException:
-                    self.close()
-                    raise
-                yield item

@@ -26,19 +26,18 @@ from __future__ import annotations
 import os
 import queue as queue_mod
 import struct
-import sys
 import time
 import traceback
 import weakref
 from abc import abstractmethod
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator
 
 import zmq
 
 from .base import DataFlowReentrantGuard, ProxyDataFlow
-from .parallel import (DataFlowWorkerError, WorkerProcesses, _release_threads, _release_zmq,
-                       _worker_prologue, _WorkerFailure, error_frames, fail_for_dead, new_ipc_address, raise_if_error_frames,
-                       recv_checked)
+from .parallel import (DataFlowWorkerError, WorkerProcesses, _release_threads, _release_zmq, _worker_prologue,
+                       _WorkerFailure, fail_for_dead, new_ipc_address, raise_if_error_frames, recv_checked,
+                       report_failure_and_exit)
 from ..utils.concurrency import StoppableThread
 from .wire import dumps_frames, loads_frames
 
@@ -222,14 +221,7 @@ def _map_worker(parent_pid, use_pdeathsig, map_func, addr, hwm, idx, owner):
             else:
                 sock.send_multipart([_DATA, tag] + dumps_frames(out), copy=False)
     except Exception:
-        sock.sndtimeo = 5000
-        try:
-            sock.send_multipart(error_frames(owner, idx))
-        except zmq.ZMQError:
-            pass
-        sock.close(linger=5000)
-        ctx.term()
-        sys.exit(1)
+        report_failure_and_exit(sock, ctx, owner, idx)
 
 
 class MultiProcessMapDataZMQ(_ParallelMapBase):

@@ -22,7 +22,7 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import keras
 import numpy as np

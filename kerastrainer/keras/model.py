@@ -40,7 +40,6 @@ from ..train.base import Trainer
 from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, TrainConfig
 from ..train.interface import launch_train_with_config
 from ..train.trainers import SimpleTrainer
-from ..utils import logger
 from .adapter import KerasModelDesc
 from .callbacks import KerasCallback, wrap_keras_callbacks
 from .data import KerasData, as_keras_data

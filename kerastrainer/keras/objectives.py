@@ -22,7 +22,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import keras
 import tensorflow as tf

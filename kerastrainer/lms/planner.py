@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shutil
 import subprocess

@@ -6,7 +6,7 @@ from typing import List, Optional, Sequence
 from ..callbacks.base import Callback
 from ..dataflow.base import is_dataflow
 from ..input_source.base import InputSource
-from ..tfutils.sessinit import SessionInit, SmartInit, read_checkpoint_counter
+from ..tfutils.sessinit import SmartInit, read_checkpoint_counter
 from ..utils import logger
 
 __all__ = ["TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS", "DEFAULT_MONITORS"]
