@@ -73,3 +73,10 @@ def test_session_init_continues_from_a_checkpoint(tmp_path):
         np.testing.assert_array_equal(weights_of(t2)[k], v)
     assert t2.global_step == t1.global_step
     assert os.path.isdir(str(tmp_path / "b"))
+
+
+def test_log_dir_without_its_pointer_file_still_loads_the_newest_checkpoint(tmp_path):
+    t1 = _train(str(tmp_path / "a"), epochs=2)
+    os.remove(str(tmp_path / "a" / "checkpoint"))  # the pointer is lost; the checkpoint files remain
+    init = SmartInit(str(tmp_path / "a"))
+    assert os.path.basename(init.path) == f"checkpoint-{t1.global_step}"

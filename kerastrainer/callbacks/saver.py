@@ -34,16 +34,15 @@ import time
 import uuid
 from typing import List, Optional, Tuple
 
+from ..tfutils.checkpoint_files import (CHECKPOINT_PREFIX, POINTER_FILE as _POINTER, checkpoint_exists as _exists,
+                                       latest_checkpoint, read_pointer as _read_pointer)
 from ..utils import logger
 from .base import Callback
 from .fileio import atomic_write_text
 
 __all__ = ["ModelSaver", "MinSaver", "MaxSaver", "latest_checkpoint", "CHECKPOINT_PREFIX"]
 
-CHECKPOINT_PREFIX = "checkpoint"
-_POINTER = "checkpoint"
 _TMP_DIR_PREFIX = ".tmp-save-"
-_STEP_RE = re.compile(r"^" + CHECKPOINT_PREFIX + r"-(\d+)\.index$")
 
 
 # --- the pointer file ---------------------------------------------------------------------------
@@ -59,59 +58,6 @@ def _write_pointer(directory: str, latest: str, kept: List[Tuple[str, float]],
     lines += [f"all_model_checkpoint_timestamps: {ts!r}" for _, ts in kept]
     lines.append(f"last_preserved_timestamp: {last_preserved!r}")
     atomic_write_text(os.path.join(directory, _POINTER), "\n".join(lines) + "\n")
-
-
-def _read_pointer(directory: str):
-    """TF's CheckpointState proto of ``directory``, or None when missing or unreadable."""
-    import tensorflow as tf
-    if not os.path.isfile(os.path.join(directory, _POINTER)):
-        return None
-    try:
-        return tf.train.get_checkpoint_state(directory)
-    except Exception as e:  # a damaged pointer: recover from the files
-        logger.warn("Cannot parse the checkpoint pointer in %s (%s); looking at the files instead.",
-                    directory, e)
-        return None
-
-
-def _exists(prefix: str) -> bool:
-    return os.path.isfile(prefix + ".index")
-
-
-def _scan_steps(directory: str) -> List[int]:
-    steps = []
-    for name in os.listdir(directory):
-        m = _STEP_RE.match(name)
-        if m:
-            steps.append(int(m.group(1)))
-    return sorted(steps)
-
-
-def latest_checkpoint(directory: Optional[str] = None) -> Optional[str]:
-    """The path prefix of the newest complete checkpoint in ``directory``, or None.
-
-    ``directory`` defaults to the log directory. The pointer file is trusted when the
-    checkpoint it names exists; otherwise the highest ``checkpoint-<step>`` is used.
-
-    Example::
-
-        path = latest_checkpoint('train_log/mnist')   # '.../checkpoint-2000' or None
-    """
-    directory = directory or logger.get_logger_dir()
-    if directory is None or not os.path.isdir(directory):
-        return None
-    state = _read_pointer(directory)
-    if state is not None and state.model_checkpoint_path:
-        path = state.model_checkpoint_path
-        if not os.path.isabs(path):
-            path = os.path.join(directory, path)
-        if _exists(path):
-            return path
-        logger.warn("The checkpoint pointer in %s names %s, which does not exist.", directory, path)
-    steps = _scan_steps(directory)
-    if not steps:
-        return None
-    return os.path.join(directory, f"{CHECKPOINT_PREFIX}-{steps[-1]}")
 
 
 def _verify(prefix: str) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..utils import logger
+from .checkpoint_files import latest_checkpoint
 
 __all__ = ["SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore",
            "NpzInit", "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError"]
@@ -48,7 +49,7 @@ class JustCurrentSession(SessionInit):
 def get_checkpoint_path(path: str) -> str:
     """Resolve a log dir (its latest checkpoint) or a checkpoint prefix to a prefix."""
     if os.path.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
+        latest = latest_checkpoint(path)
         if latest is None:
             raise FileNotFoundError(f"No checkpoint in directory '{path}' (no 'checkpoint' state file "
                                     "pointing at a complete checkpoint).")

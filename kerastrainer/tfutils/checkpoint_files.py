@@ -1,0 +1,77 @@
+"""Where checkpoints live in a log directory, and which one is the latest.
+
+``ModelSaver`` writes ``checkpoint-<step>`` prefixes and TF's ``checkpoint`` pointer
+file; weight loading and auto-resume find the latest one here. The pointer is trusted
+when the checkpoint it names exists; otherwise the highest complete step is used, so a
+lost or stale pointer does not lose the run.
+
+Example::
+
+    path = latest_checkpoint('train_log/mnist')   # '.../checkpoint-2000' or None
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import List, Optional
+
+from ..utils import logger
+
+__all__ = ["CHECKPOINT_PREFIX", "POINTER_FILE", "latest_checkpoint", "read_pointer", "checkpoint_exists"]
+
+CHECKPOINT_PREFIX = "checkpoint"
+POINTER_FILE = "checkpoint"
+_STEP_RE = re.compile(r"^" + CHECKPOINT_PREFIX + r"-(\d+)\.index$")
+
+
+def read_pointer(directory: str):
+    """TF's CheckpointState proto of ``directory``, or None when missing or unreadable."""
+    import tensorflow as tf
+    if not os.path.isfile(os.path.join(directory, POINTER_FILE)):
+        return None
+    try:
+        return tf.train.get_checkpoint_state(directory)
+    except Exception as e:  # a damaged pointer: recover from the files
+        logger.warn("Cannot parse the checkpoint pointer in %s (%s); looking at the files instead.",
+                    directory, e)
+        return None
+
+
+def checkpoint_exists(prefix: str) -> bool:
+    return os.path.isfile(prefix + ".index")
+
+
+def _scan_steps(directory: str) -> List[int]:
+    steps = []
+    for name in os.listdir(directory):
+        m = _STEP_RE.match(name)
+        if m:
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def latest_checkpoint(directory: Optional[str] = None) -> Optional[str]:
+    """The path prefix of the newest complete checkpoint in ``directory``, or None.
+
+    ``directory`` defaults to the log directory. The pointer file is trusted when the
+    checkpoint it names exists; otherwise the highest ``checkpoint-<step>`` is used.
+
+    Example::
+
+        path = latest_checkpoint('train_log/mnist')   # '.../checkpoint-2000' or None
+    """
+    directory = directory or logger.get_logger_dir()
+    if directory is None or not os.path.isdir(directory):
+        return None
+    state = read_pointer(directory)
+    if state is not None and state.model_checkpoint_path:
+        path = state.model_checkpoint_path
+        if not os.path.isabs(path):
+            path = os.path.join(directory, path)
+        if checkpoint_exists(path):
+            return path
+        logger.warn("The checkpoint pointer in %s names %s, which does not exist.", directory, path)
+    steps = _scan_steps(directory)
+    if not steps:
+        return None
+    return os.path.join(directory, f"{CHECKPOINT_PREFIX}-{steps[-1]}")
