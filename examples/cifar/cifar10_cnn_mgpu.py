@@ -30,11 +30,8 @@ def main():
     args = parse()
     if not args.fake and not args.data:
         raise SystemExit("give --data DIR (CIFAR-10 python batches) or --fake")
-    import tensorflow as tf
-    if args.mgpu > 1 and not tf.config.list_physical_devices("GPU"):
-        # no GPU: split the CPU into logical devices (before TF starts its runtime)
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.mgpu)
+    from kerastrainer.utils.devices import ensure_tower_devices
+    ensure_tower_devices(args.mgpu)  # no GPU: logical CPU devices, before TF starts its runtime
     import keras
     import numpy as np
     from kerastrainer.dataflow import dataset

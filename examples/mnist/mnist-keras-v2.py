@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 from kerastrainer import ModelSaver, SimpleTrainer, SyncMultiGPUTrainerReplicated, logger  # noqa: E402
 from kerastrainer.dataflow import dataset  # noqa: E402
 from kerastrainer.keras import KerasModel  # noqa: E402
+from kerastrainer.utils.devices import ensure_tower_devices  # noqa: E402
 
 
 def get_model():
@@ -48,14 +49,6 @@ def get_arrays(args):
     return out
 
 
-def use_cpu_devices(n):
-    """Without GPUs, split the CPU into ``n`` logical devices (before TF starts its runtime)."""
-    import tensorflow as tf
-    if n > 1 and not tf.config.list_physical_devices("GPU"):
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1, help="replicas (GPUs, or logical CPU devices)")
@@ -67,7 +60,7 @@ def main():
     args = parser.parse_args()
     if not args.fake and not args.data:
         parser.error("give --data DIR (MNIST IDX files) or --fake")
-    use_cpu_devices(args.gpus)
+    ensure_tower_devices(args.gpus)  # logical CPU devices when there is no GPU
     logger.set_logger_dir(args.logdir, action="d")
     train, test = get_arrays(args)
     trainer = SimpleTrainer() if args.gpus <= 1 else SyncMultiGPUTrainerReplicated(args.gpus)

@@ -21,6 +21,7 @@ from kerastrainer import (BatchData, ClassificationError, FakeData, InferenceRun
                           add_moving_summary, get_current_tower_context, launch_train_with_config, logger)
 from kerastrainer.dataflow import dataset  # noqa: E402
 from kerastrainer.models import keras_layer  # noqa: E402
+from kerastrainer.utils.devices import ensure_tower_devices  # noqa: E402
 
 
 class Model(ModelDesc):
@@ -67,14 +68,6 @@ def get_data(args, batch):
     return BatchData(train, batch), BatchData(test, 256, remainder=True)
 
 
-def use_cpu_devices(n):
-    """Without GPUs, split the CPU into ``n`` logical devices (before TF starts its runtime)."""
-    import tensorflow as tf
-    if n > 1 and not tf.config.list_physical_devices("GPU"):
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1, help="towers (GPUs, or logical CPU devices)")
@@ -85,7 +78,7 @@ def main():
     args = parser.parse_args()
     if not args.fake and not args.data:
         parser.error("give --data DIR (MNIST IDX files) or --fake")
-    use_cpu_devices(args.gpus)
+    ensure_tower_devices(args.gpus)  # logical CPU devices when there is no GPU
     logger.set_logger_dir(args.logdir, action="d")
     train, test = get_data(args, batch=64)   # per tower: ModelDesc trainers take one batch per tower
     trainer = SimpleTrainer() if args.gpus <= 1 else SyncMultiGPUTrainerReplicated(args.gpus)
