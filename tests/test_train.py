@@ -281,7 +281,7 @@ def test_config_errors():
         launch_train_with_config(TrainConfig(dataflow=LinearData()), SimpleTrainer())
     with pytest.raises(TypeError, match="Trainer instance"):
         launch_train_with_config(TrainConfig(model=MLP(), dataflow=LinearData()), SimpleTrainer)
-    with pytest.raises(TypeError, match="needs a DataFlow"):
+    with pytest.raises(TypeError, match="must be a DataFlow.*DataFromList"):
         TrainConfig(model=MLP(), dataflow=[1, 2, 3])
     with pytest.raises(ValueError, match="steps_per_epoch is unknown"):
         launch_train_with_config(quiet_config(model=MLP(), dataflow=DataFromGenerator(LinearData().__iter__),

@@ -13,19 +13,12 @@ from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
+from ..dataflow.base import check_dataflow
 from ..utils import logger
 from .base import Callback
 from .inference import Inferencer
 
 __all__ = ["InferenceRunner", "DataParallelInferenceRunner"]
-
-
-def _check_dataflow(ds: Any) -> None:
-    missing = [m for m in ("reset_state", "__iter__") if not hasattr(ds, m)]
-    if missing:
-        raise TypeError(
-            f"InferenceRunner: input must be a DataFlow (an object with reset_state() and __iter__), "
-            f"got {type(ds).__name__}, which lacks {', '.join(missing)}.")
 
 
 def _batch_size(components: Sequence[np.ndarray]) -> Optional[int]:
@@ -61,7 +54,7 @@ class InferenceRunner(Callback):
 
     def __init__(self, input: Any, infs: Union[Inferencer, Sequence[Inferencer]],
                  tower_name: str = "InferenceTower", device: Optional[str] = None):
-        _check_dataflow(input)
+        check_dataflow(input, "InferenceRunner: input")
         if isinstance(infs, Inferencer):
             infs = [infs]
         infs = list(infs)

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 from ..utils.rng import get_rng
 
 __all__ = ["DataFlow", "RNGDataFlow", "ProxyDataFlow", "DataFlowTerminated", "DataFlowReentrantGuard",
-           "DataFlowSizeUnknown", "is_dataflow"]
+           "DataFlowSizeUnknown", "is_dataflow", "check_dataflow"]
 
 
 class DataFlowSizeUnknown(NotImplementedError, TypeError):
@@ -119,6 +119,21 @@ class ProxyDataFlow(DataFlow):
         close = getattr(self.ds, "close", None)
         if callable(close):
             close()
+
+
+def check_dataflow(obj, who: str, hint: str = ""):
+    """Return ``obj`` if it has the DataFlow protocol, else raise a TypeError naming ``who``.
+
+    ``hint`` is added to the message; lists and bare iterators get one of their own.
+    """
+    if not is_dataflow(obj):
+        if isinstance(obj, (list, tuple)):
+            hint = "Wrap a list of datapoints with DataFromList(lst). " + hint
+        elif hasattr(obj, "__next__") or hasattr(obj, "__iter__"):
+            hint = "Wrap it with DataFromGenerator or DataFromIterable. " + hint
+        raise TypeError(f"{who} must be a DataFlow (an object with reset_state() and __iter__()), "
+                        f"got {type(obj).__name__}. {hint}".rstrip())
+    return obj
 
 
 def is_dataflow(obj) -> bool:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..utils import logger
 from ..utils.rng import get_rng
-from .base import DataFlow, DataFlowReentrantGuard, DataFlowSizeUnknown, ProxyDataFlow, is_dataflow
+from .base import DataFlow, DataFlowReentrantGuard, DataFlowSizeUnknown, ProxyDataFlow, check_dataflow, is_dataflow
 
 __all__ = ["BatchData", "BatchDataByShape", "MapData", "MapDataComponent", "FixedSizeData", "RepeatedData",
            "RepeatedDataPoint", "LocallyShuffleData", "ConcatData", "JoinData", "RandomChooseData",
@@ -37,19 +37,6 @@ _END = object()  # sentinel for next(iterator, _END)
 
 # ---------------------------------------------------------------------------------------------
 # helpers shared by the combinators (and serialize.py)
-
-def _check_dataflow(ds: Any, who: str) -> Any:
-    """Return ``ds`` if it has the DataFlow protocol, else raise a TypeError that says what to do."""
-    if not is_dataflow(ds):
-        hint = ""
-        if isinstance(ds, (list, tuple)):
-            hint = " Wrap a list of datapoints with DataFromList(lst)."
-        elif hasattr(ds, "__next__") or hasattr(ds, "__iter__"):
-            hint = " Wrap it with DataFromGenerator or DataFromIterable."
-        raise TypeError(f"{who} expects a DataFlow (an object with reset_state() and __iter__()), "
-                        f"got {type(ds).__name__}.{hint}")
-    return ds
-
 
 def _size_of(ds: Any) -> int:
     """``len(ds)``, or ``ds.size()`` for old tensorpack DataFlows; NotImplementedError when unknown."""
@@ -114,7 +101,7 @@ class _MultiDataFlow(DataFlow):
     def __init__(self, df_lists: Sequence[Any], who: str):
         if isinstance(df_lists, (str, bytes)) or not isinstance(df_lists, Sequence) or not df_lists:
             raise TypeError(f"{who} expects a non-empty list of DataFlows, got {df_lists!r}")
-        self.df_lists = [_check_dataflow(d, f"{who} (DataFlow #{i})") for i, d in enumerate(df_lists)]
+        self.df_lists = [check_dataflow(d, f"{who} (DataFlow #{i})") for i, d in enumerate(df_lists)]
 
     def reset_state(self) -> None:
         for d in self.df_lists:
@@ -227,7 +214,7 @@ class BatchData(ProxyDataFlow):
 
     def __init__(self, ds: Any, batch_size: int, remainder: bool = False,
                  use_list: Union[bool, Sequence[bool], Mapping[Hashable, bool]] = False):
-        super().__init__(_check_dataflow(ds, "BatchData"))
+        super().__init__(check_dataflow(ds, "BatchData"))
         self.batch_size = _check_int(batch_size, "BatchData batch_size", 1)
         self.remainder = bool(remainder)
         if not self.remainder:
@@ -347,7 +334,7 @@ class MapData(ProxyDataFlow):
     """
 
     def __init__(self, ds: Any, func: Callable[[Any], Any]):
-        super().__init__(_check_dataflow(ds, type(self).__name__))
+        super().__init__(check_dataflow(ds, type(self).__name__))
         if not callable(func):
             raise TypeError(f"{type(self).__name__} func must be callable, got {type(func).__name__}")
         self.func = func
@@ -398,7 +385,7 @@ class SelectComponent(ProxyDataFlow):
     """
 
     def __init__(self, ds: Any, idxs: Sequence[Hashable]):
-        super().__init__(_check_dataflow(ds, "SelectComponent"))
+        super().__init__(check_dataflow(ds, "SelectComponent"))
         if isinstance(idxs, (str, bytes)) or not isinstance(idxs, Sequence):
             raise TypeError(f"SelectComponent idxs must be a list of indices or keys, got {idxs!r}")
         self.idxs = list(idxs)
@@ -432,7 +419,7 @@ class FixedSizeData(ProxyDataFlow):
     """
 
     def __init__(self, ds: Any, size: int, keep_state: bool = True):
-        super().__init__(_check_dataflow(ds, "FixedSizeData"))
+        super().__init__(check_dataflow(ds, "FixedSizeData"))
         self._size = _check_int(size, "FixedSizeData size", 0)
         self.keep_state = bool(keep_state)
         self._itr = None
@@ -470,7 +457,7 @@ class RepeatedData(ProxyDataFlow):
     """
 
     def __init__(self, ds: Any, num: int):
-        super().__init__(_check_dataflow(ds, "RepeatedData"))
+        super().__init__(check_dataflow(ds, "RepeatedData"))
         if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < -1:
             raise ValueError(f"RepeatedData num must be an int >= 0, or -1 for forever; got {num!r}")
         self.num = int(num)
@@ -504,7 +491,7 @@ class RepeatedDataPoint(ProxyDataFlow):
     """
 
     def __init__(self, ds: Any, num: int):
-        super().__init__(_check_dataflow(ds, "RepeatedDataPoint"))
+        super().__init__(check_dataflow(ds, "RepeatedDataPoint"))
         self.num = _check_int(num, "RepeatedDataPoint num", 1)
 
     def __len__(self) -> int:
@@ -539,7 +526,7 @@ class LocallyShuffleData(ProxyDataFlow):
     """
 
     def __init__(self, ds: Any, buffer_size: int, num_reuse: int = 1, shuffle_interval: Optional[int] = None):
-        super().__init__(_check_dataflow(ds, "LocallyShuffleData"))
+        super().__init__(check_dataflow(ds, "LocallyShuffleData"))
         self.buffer_size = _check_int(buffer_size, "LocallyShuffleData buffer_size", 1)
         self.num_reuse = _check_int(num_reuse, "LocallyShuffleData num_reuse", 1)
         self.shuffle_interval = (None if shuffle_interval is None
@@ -608,7 +595,7 @@ class CacheData(ProxyDataFlow):
     """
 
     def __init__(self, ds: Any, shuffle: bool = False):
-        super().__init__(_check_dataflow(ds, "CacheData"))
+        super().__init__(check_dataflow(ds, "CacheData"))
         self.shuffle = bool(shuffle)
         self.buffer: Optional[list] = None
         self.rng = None
@@ -886,7 +873,7 @@ class PrintData(ProxyDataFlow):
     """
 
     def __init__(self, ds: Any, num: int = 1, name: Optional[str] = None, max_depth: int = 3, max_list: int = 3):
-        super().__init__(_check_dataflow(ds, "PrintData"))
+        super().__init__(check_dataflow(ds, "PrintData"))
         self.num = _check_int(num, "PrintData num", 0)
         self.name = name if name is not None else type(ds).__name__
         self.max_depth = _check_int(max_depth, "PrintData max_depth", 0)
@@ -929,7 +916,7 @@ class TestDataSpeed(ProxyDataFlow):
     __test__ = False  # not a pytest test class
 
     def __init__(self, ds: Any, size: int = 5000, warmup: int = 0):
-        super().__init__(_check_dataflow(ds, "TestDataSpeed"))
+        super().__init__(check_dataflow(ds, "TestDataSpeed"))
         self.test_size = _check_int(size, "TestDataSpeed size", 1)
         self.warmup = _check_int(warmup, "TestDataSpeed warmup", 0)
         self._reset_done = False

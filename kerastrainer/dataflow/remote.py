@@ -34,7 +34,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from ..utils import logger
-from .base import DataFlow, DataFlowReentrantGuard, is_dataflow
+from .base import DataFlow, DataFlowReentrantGuard, check_dataflow
 from .wire import BUFFER_MAGIC, HEADER_MAGIC, dumps, dumps_frames, loads, loads_frames
 
 __all__ = ["send_dataflow_zmq", "RemoteDataZMQ"]
@@ -112,9 +112,7 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
                          "'buffer' (single frame). tensorpack's 'zmq_ops' format is not supported.")
     if int(hwm) < 1:
         raise ValueError(f"send_dataflow_zmq: hwm must be >= 1, got {hwm}")
-    if not is_dataflow(df):
-        raise TypeError(f"send_dataflow_zmq: df must be a DataFlow (with reset_state() and __iter__), "
-                        f"got {type(df).__name__}; wrap a list with DataFromList.")
+    check_dataflow(df, "send_dataflow_zmq: df")
     encode = (lambda dp: [dumps(dp)]) if format == "buffer" else dumps_frames
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)

@@ -34,7 +34,8 @@ from ..utils import logger
 from ..utils.rng import get_rng
 from . import wire
 from .base import RNGDataFlow
-from .common import _check_dataflow, _check_int, _try_size
+from .base import check_dataflow
+from .common import _check_int, _try_size
 
 __all__ = ["LMDBSerializer", "NumpySerializer", "LMDBData", "NumpyData"]
 
@@ -112,7 +113,7 @@ class LMDBSerializer:
             path: the LMDB file to create; it must not exist.
             write_frequency: commit a transaction every this many datapoints.
         """
-        _check_dataflow(df, "LMDBSerializer.save")
+        check_dataflow(df, "LMDBSerializer.save")
         write_frequency = _check_int(write_frequency, "LMDBSerializer.save write_frequency", 1)
         lmdb = _import_lmdb()
         path = _new_file_path(path, "LMDBSerializer.save")
@@ -326,7 +327,7 @@ class NumpySerializer:
 
         Datapoints must all be lists of one length, or all dicts with the same str keys.
         """
-        _check_dataflow(df, "NumpySerializer.save")
+        check_dataflow(df, "NumpySerializer.save")
         path = _new_file_path(path, "NumpySerializer.save")
         df.reset_state()
         with _progress(_try_size(df), "NumpySerializer.save") as pbar:

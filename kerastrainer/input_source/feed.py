@@ -1,7 +1,7 @@
 """FeedInput: numpy batches passed as arguments of every call (the slow baseline)."""
 from __future__ import annotations
 
-from ..dataflow.base import is_dataflow
+from ..dataflow.base import check_dataflow
 from .base import InputSource, check_datapoint
 
 __all__ = ["FeedInput"]
@@ -21,9 +21,7 @@ class FeedInput(InputSource):
     requires_feed = True
 
     def __init__(self, ds, infinite: bool = True):
-        if not is_dataflow(ds):
-            raise TypeError(f"FeedInput needs a DataFlow; got {type(ds).__name__}")
-        self.ds = ds
+        self.ds = check_dataflow(ds, "FeedInput")
         self.infinite = infinite
         self._iter = None
 

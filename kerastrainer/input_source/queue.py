@@ -9,7 +9,7 @@ from typing import Optional
 import tensorflow as tf
 
 from ..callbacks.base import Callback
-from ..dataflow.base import is_dataflow
+from ..dataflow.base import check_dataflow
 from ..utils import logger
 from .base import InputSource, InputSourceError, check_datapoint
 
@@ -56,9 +56,7 @@ class QueueInput(InputSource):
     """
 
     def __init__(self, ds, capacity: int = 50, name: str = "QueueInput"):
-        if not is_dataflow(ds):
-            raise TypeError(f"QueueInput needs a DataFlow (reset_state() and __iter__); got {type(ds).__name__}")
-        self.ds = ds
+        self.ds = check_dataflow(ds, "QueueInput")
         self.capacity = int(capacity)
         self.name = name
         self._thread: Optional[threading.Thread] = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from ..callbacks.base import Callback
-from ..dataflow.base import is_dataflow
+from ..dataflow.base import check_dataflow
 from ..input_source.base import InputSource
 from ..tfutils.sessinit import SmartInit, read_checkpoint_counter
 from ..utils import logger
@@ -57,9 +57,8 @@ class TrainConfig:
                  starting_epoch: int = 1, steps_per_epoch: Optional[int] = None, max_epoch: int = 99999):
         if dataflow is not None and data is not None:
             raise ValueError("TrainConfig takes either dataflow= or data=, not both.")
-        if dataflow is not None and not is_dataflow(dataflow):
-            raise TypeError(f"TrainConfig(dataflow=...) needs a DataFlow (reset_state() and __iter__); "
-                            f"got {type(dataflow).__name__}. Pass an InputSource as data= instead.")
+        if dataflow is not None:
+            check_dataflow(dataflow, "TrainConfig(dataflow=...)", "Pass an InputSource as data= instead.")
         if data is not None and not isinstance(data, InputSource):
             raise TypeError(f"TrainConfig(data=...) needs an InputSource; got {type(data).__name__}.")
         self.dataflow = dataflow

@@ -408,10 +408,8 @@ class ShardedDataFlow:
     """
 
     def __init__(self, df, rank: Optional[int] = None, size: Optional[int] = None, drop_remainder: bool = True):
-        if not (callable(getattr(df, "reset_state", None)) and callable(getattr(df, "__iter__", None))):
-            raise TypeError(f"ShardedDataFlow needs a DataFlow (reset_state() and __iter__); "
-                            f"got {type(df).__name__}")
-        self.ds = df
+        from ..dataflow.base import check_dataflow  # (utils stays free of package imports at load)
+        self.ds = check_dataflow(df, "ShardedDataFlow")
         self.rank, self.size = _rank_size(rank, size)
         self.drop_remainder = bool(drop_remainder)
 
