@@ -9,7 +9,8 @@ cv2 = pytest.importorskip("cv2")
 from kerastrainer.dataflow import imgaug  # noqa: E402
 from kerastrainer.dataflow.base import DataFlow  # noqa: E402
 from kerastrainer.dataflow.image import (AugmentImageComponent, AugmentImageComponents,  # noqa: E402
-                                         BadImageError, ImageFromFile, read_image)
+                                         BadImageError, ImageFromFile, decode_image, is_truncated_jpeg,
+                                         read_image)
 from kerastrainer.utils import rng as rng_mod  # noqa: E402
 
 
@@ -75,6 +76,39 @@ def test_corrupt_file_raises_naming_it(tmp_path):
         list(ds)
     with pytest.raises(BadImageError, match="no such file"):
         read_image(str(tmp_path / "missing.jpg"))
+
+
+def _photo_jpeg(progressive=False):
+    img = (np.random.RandomState(3).rand(48, 64, 3) * 255).astype(np.uint8)
+    flags = [cv2.IMWRITE_JPEG_PROGRESSIVE, 1] if progressive else [cv2.IMWRITE_JPEG_QUALITY, 90]
+    return cv2.imencode(".jpg", img, flags)[1].tobytes()
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+def test_is_truncated_jpeg_finds_every_cut(progressive):
+    good = _photo_jpeg(progressive)
+    assert not is_truncated_jpeg(good)
+    assert not is_truncated_jpeg(good + b"\0" * 16 + b"trailer after EOI")
+    assert not is_truncated_jpeg(cv2.imencode(".png", np.zeros((4, 4, 3), np.uint8))[1].tobytes())
+    for cut in range(2, len(good) - 1, 7):
+        assert is_truncated_jpeg(good[:cut]), cut
+    assert is_truncated_jpeg(np.frombuffer(good[:len(good) // 2], np.uint8))
+
+
+def test_truncated_jpeg_is_an_error_or_skipped(tmp_path):
+    paths = _write_images(tmp_path, 2)
+    good = _photo_jpeg()
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(good[:len(good) // 2])  # OpenCV alone decodes this half grey
+    assert cv2.imread(str(cut)) is not None
+    with pytest.raises(BadImageError, match="cut.jpg.*truncated JPEG"):
+        read_image(str(cut))
+    with pytest.raises(BadImageError, match="mem.jpg.*truncated"):
+        decode_image(good[:100], name="mem.jpg")
+    assert decode_image(good, rgb=True).shape == (48, 64, 3)
+    ds = ImageFromFile([paths[0], str(cut), paths[1]], skip_bad=True)
+    ds.reset_state()
+    assert len(list(ds)) == 2 and ds.num_skipped == 1
 
 
 class _Records(logging.Handler):

@@ -25,7 +25,7 @@ from .imgaug.base import ImageAugmentor
 from .imgaug.compose import AugmentorList
 
 __all__ = ["ImageFromFile", "AugmentImageComponent", "AugmentImageComponents", "read_image",
-           "BadImageError"]
+           "decode_image", "is_truncated_jpeg", "BadImageError"]
 
 
 class BadImageError(ValueError):
@@ -37,8 +37,107 @@ class BadImageError(ValueError):
         self.reason = reason
 
 
+_JPEG_SOI = b"\xff\xd8"
+# markers without a length field: SOI, EOI, RST0-7, TEM
+_JPEG_STANDALONE = {0xD8, 0xD9, 0x01} | set(range(0xD0, 0xD8))
+
+
+def is_truncated_jpeg(buf: Union[bytes, bytearray, memoryview, np.ndarray]) -> bool:
+    """True when ``buf`` is a JPEG whose data ends before its end-of-image marker (0xFFD9).
+
+    Decoders (libjpeg in OpenCV, PIL) decode such a file "successfully", filling the
+    missing rows with grey and at most printing a warning; this check finds it from the
+    bytes. It walks the marker segments and the entropy-coded scans (so an ``FFD9`` inside
+    an EXIF thumbnail does not count, and data appended after the end marker is allowed).
+    Buffers that are not JPEG (no ``FFD8`` start) give False.
+
+    Example::
+
+        with open("photo.jpg", "rb") as f:
+            if is_truncated_jpeg(f.read()):
+                print("photo.jpg is cut short")
+    """
+    data = bytes(memoryview(buf).cast("B")) if not isinstance(buf, bytes) else buf
+    n = len(data)
+    if n < 2 or data[:2] != _JPEG_SOI:
+        return False
+    pos = 2
+    in_scan = False
+    while True:
+        if in_scan:
+            # entropy-coded data: 0xFF is followed by 0x00 (stuffing), RSTn, or a real marker
+            ff = data.find(b"\xff", pos)
+            if ff < 0 or ff + 1 >= n:
+                return True
+            code = data[ff + 1]
+            if code == 0x00 or 0xD0 <= code <= 0xD7 or code == 0xFF:
+                pos = ff + 1 if code == 0xFF else ff + 2
+                continue
+            in_scan = False
+            pos = ff
+        # at a marker: skip fill bytes
+        while pos < n and data[pos] == 0xFF:
+            pos += 1
+        if pos >= n:
+            return True
+        code = data[pos]
+        pos += 1
+        if code == 0xD9:
+            return False
+        if code in _JPEG_STANDALONE:
+            continue
+        if pos + 2 > n:
+            return True
+        seglen = (data[pos] << 8) | data[pos + 1]
+        if seglen < 2:
+            return True  # not a valid segment: the data that follows is not usable either
+        pos += seglen
+        if pos > n:
+            return True
+        if code == 0xDA:   # start of scan: entropy-coded data follows the header
+            in_scan = True
+
+
+def decode_image(buf: Union[bytes, bytearray, memoryview, np.ndarray], channel: int = 3, rgb: bool = False,
+                 name: str = "<buffer>") -> np.ndarray:
+    """Decode encoded image bytes (JPEG, PNG, ...) to uint8, or raise :class:`BadImageError`.
+
+    A truncated JPEG (see :func:`is_truncated_jpeg`) is an error, not a half-grey image.
+
+    Args:
+        buf: the file's bytes.
+        channel: 3 for colour (HxWx3), 1 for greyscale (HxWx1).
+        rgb: for colour images, return RGB instead of OpenCV's BGR.
+        name: what to call the image in errors (its file or key).
+
+    Example::
+
+        img = decode_image(open("a.jpg", "rb").read(), channel=3, rgb=True, name="a.jpg")
+    """
+    if channel not in (1, 3):
+        raise ValueError(f"channel must be 1 or 3, got {channel!r}.")
+    arr = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1).view(np.uint8)
+    if arr.size == 0:
+        raise BadImageError(name, "the file is empty.")
+    if is_truncated_jpeg(arr):
+        raise BadImageError(name, f"truncated JPEG ({arr.size} bytes, no end-of-image marker): the file was "
+                                  "cut short (interrupted copy or download). Re-fetch it, or use skip_bad=True.")
+    mode = cv2.IMREAD_COLOR if channel == 3 else cv2.IMREAD_GRAYSCALE
+    img = cv2.imdecode(arr, mode)
+    if img is None:
+        raise BadImageError(name, "OpenCV could not decode it (corrupt, truncated or not an image).")
+    if channel == 1:
+        img = img[:, :, np.newaxis] if img.ndim == 2 else img
+    elif rgb:
+        img = np.ascontiguousarray(img[:, :, ::-1])
+    return img
+
+
 def read_image(path: str, channel: int = 3, rgb: bool = False) -> np.ndarray:
     """Decode an image file to a uint8 array, or raise :class:`BadImageError` naming it.
+
+    Missing, unreadable, undecodable and truncated files (see :func:`is_truncated_jpeg`)
+    all raise :class:`BadImageError`.
 
     Args:
         path: the file.
@@ -47,19 +146,14 @@ def read_image(path: str, channel: int = 3, rgb: bool = False) -> np.ndarray:
     """
     if channel not in (1, 3):
         raise ValueError(f"channel must be 1 or 3, got {channel!r}.")
-    mode = cv2.IMREAD_COLOR if channel == 3 else cv2.IMREAD_GRAYSCALE
-    img = cv2.imread(path, mode)
-    if img is None:
-        if not os.path.exists(path):
-            raise BadImageError(path, "no such file.")
-        if not os.path.isfile(path) or not os.access(path, os.R_OK):
-            raise BadImageError(path, "not a readable file.")
-        raise BadImageError(path, "OpenCV could not decode it (corrupt, truncated or not an image).")
-    if channel == 1:
-        img = img[:, :, np.newaxis]
-    elif rgb:
-        img = np.ascontiguousarray(img[:, :, ::-1])
-    return img
+    if not os.path.exists(path):
+        raise BadImageError(path, "no such file.")
+    try:
+        with open(path, "rb") as f:
+            buf = f.read()
+    except OSError as e:
+        raise BadImageError(path, f"not a readable file ({e.strerror or e}).") from None
+    return decode_image(buf, channel, rgb, name=path)
 
 
 class _BadImageCounter:
