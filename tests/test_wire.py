@@ -160,3 +160,70 @@ def test_malformed_buffer_raises_value_error():
         with pytest.raises(ValueError, match="Malformed"):
             wire.loads(bad)
     assert wire.loads(good)[1] == "x"
+
+
+def _ext_header(code, payload):
+    import msgpack
+    return wire.HEADER_MAGIC + msgpack.packb(msgpack.ExtType(code, msgpack.packb(payload, use_bin_type=True)),
+                                             use_bin_type=True)
+
+
+_NESTED = "<i4"
+for _ in range(30):
+    _NESTED = [["a", _NESTED]]
+
+
+@pytest.mark.parametrize("payload", [
+    ["i4,(", [1], b"\0" * 4],            # numpy would parse this with ast (SyntaxError)
+    ["O", [1], b"\0" * 8],               # object dtype
+    ["i4,O", [1], b"\0" * 12],
+    [[["a", "O"]], [1], b"\0" * 8],      # object field in a structured dtype
+    ["(2)i4,f8", [1], b"\0" * 16],       # comma strings are never accepted
+    [_NESTED, [1], b"\0" * 4],
+    [5, [1], b"\0"],
+    ["<i4", [-1], b""],
+    ["<i4", [2 ** 62, 4], b""],          # element count past int64
+    ["<i4", "abc", b""],
+    ["<i4", [1], "text"],
+    [[["a", "<i4"], ["a", "<i4"]], [1], b"\0" * 8],
+])
+def test_hostile_array_headers_raise_value_error(payload):
+    with pytest.raises(ValueError, match="Malformed"):
+        wire.loads_frames([_ext_header(1, payload)])
+    if payload[0] != "<i4":  # a scalar of the same dtype
+        with pytest.raises(ValueError, match="Malformed"):
+            wire.loads_frames([_ext_header(3, [payload[0], b"\0" * 4])])
+
+
+def test_random_corruption_only_ever_raises_value_error():
+    import random
+    rng = random.Random(0)
+    dp = [np.zeros((3, 4), np.float32), np.int64(3), "x", {"a": [1, 2.0, None]}, np.zeros(2000, np.uint8),
+          np.zeros(2, STRUCTURED)]
+    frames = [bytes(f) for f in wire.dumps_frames(dp)]
+    buf = wire.dumps(dp)
+    for _ in range(3000):
+        h = bytearray(frames[0])
+        for _ in range(rng.randint(1, 4)):
+            h[rng.randrange(4, len(h))] = rng.randrange(256)
+        b = bytearray(buf)
+        b[rng.randrange(len(b))] = rng.randrange(256)
+        for decode, arg in ((wire.loads_frames, [bytes(h)] + frames[1:]), (wire.loads, bytes(b))):
+            try:
+                decode(arg)
+            except ValueError:
+                pass
+
+
+def test_max_bytes_refuses_large_messages():
+    dp = [np.zeros(5000, np.uint8)]
+    frames = wire.dumps_frames(dp)
+    assert wire.message_nbytes(frames) > 5000
+    with pytest.raises(ValueError, match="over the limit of 4096"):
+        wire.loads_frames(frames, max_bytes=4096)
+    with pytest.raises(ValueError, match="over the limit of 4096"):
+        wire.loads(wire.dumps(dp), max_bytes=4096)
+    assert wire.loads_frames(frames, max_bytes=1 << 20)[0].shape == (5000,)
+    with pytest.raises(ValueError, match="max_message_bytes=10"):
+        wire.check_message_size(11, 10, "sender")
+    wire.check_message_size(11, None, "sender")

@@ -21,7 +21,12 @@ come back as bytes. Arrays smaller than 1 KiB are copied into the header and com
 back writable; larger arrays received by ``loads_frames`` are writable views of the
 zmq frame.
 
-A buffer or frame list that is not in this format raises ``ValueError``.
+A buffer or frame list that is not in this format raises ``ValueError``, whatever
+its bytes (decoding never evaluates anything: dtype strings are checked against
+numpy's type codes before numpy sees them, and object dtypes are refused).
+``loads_frames``/``loads`` take ``max_bytes`` to refuse larger messages;
+``DEFAULT_MAX_MESSAGE_BYTES`` (1 GiB) is the limit the sockets of
+:mod:`.remote`, :mod:`.parallel` and :mod:`.parallel_map` use by default.
 
 Example::
 
@@ -32,19 +37,28 @@ Example::
 """
 from __future__ import annotations
 
+import re
 import struct
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 import msgpack
 import numpy as np
 
-__all__ = ["dumps", "loads", "dumps_frames", "loads_frames", "is_wire_header", "HEADER_MAGIC",
-           "BUFFER_MAGIC"]
+__all__ = ["dumps", "loads", "dumps_frames", "loads_frames", "is_wire_header", "message_nbytes",
+           "check_message_size", "HEADER_MAGIC", "BUFFER_MAGIC", "DEFAULT_MAX_MESSAGE_BYTES"]
 
 HEADER_MAGIC = b"KTW1"   # first bytes of a header frame
 BUFFER_MAGIC = b"KTB1"   # first bytes of a single-buffer message
 INLINE_MAX_BYTES = 1024  # arrays up to this size travel inside the header
 _ALIGN = 64              # offsets of arrays in a single buffer (cache-line aligned)
+# The largest message a socket accepts unless told otherwise: 1 GiB is ~7 batches of
+# 256 float32 224x224x3 images (154 MB each); a claim beyond it is refused before zmq
+# allocates it. Raise it with the sockets' max_message_bytes argument.
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+_MAX_NDIM = 64
+_MAX_DTYPE_DEPTH = 16
+# what numpy's dtype.str looks like: byte order, a non-object kind, item size, datetime unit
+_TYPESTR = re.compile(r"[<>|=]?[?bBhHiIlLqQpPefdgFDGuifcbSUVmM][0-9]{0,9}(\[[0-9]{0,9}[a-zA-Z]{1,2}\])?")
 
 _EXT_INLINE_ARRAY = 1    # payload: msgpack [dtype, shape, raw bytes]
 _EXT_FRAME_ARRAY = 2     # payload: msgpack [dtype, shape, frame index]
@@ -71,11 +85,43 @@ def _tuplify(descr):
     return descr
 
 
-def _dtype_from_wire(d) -> np.dtype:
+def _check_descr(d, depth: int = 0) -> None:
+    """Refuse anything but the descr shapes ``_dtype_to_wire`` writes (no parsing by numpy yet)."""
+    if depth > _MAX_DTYPE_DEPTH:
+        raise ValueError("dtype nested too deeply")
     if isinstance(d, str):
-        dt = np.dtype(d)
-    else:
-        dt = np.lib.format.descr_to_dtype(_tuplify(d))
+        if len(d) > 32 or not _TYPESTR.fullmatch(d):
+            raise ValueError(f"invalid dtype {d[:40]!r}")
+        return
+    if not isinstance(d, list) or not d or len(d) > 4096:
+        raise ValueError("invalid dtype description")
+    for field in d:
+        if not isinstance(field, list) or len(field) not in (2, 3):
+            raise ValueError("invalid field in a dtype description")
+        name = field[0]
+        if not (isinstance(name, str) or (isinstance(name, list) and len(name) == 2
+                                           and all(isinstance(x, str) for x in name))):
+            raise ValueError("invalid field name in a dtype description")
+        _check_descr(field[1], depth + 1)
+        if len(field) == 3:
+            _check_shape(field[2])
+
+
+def _check_shape(shape) -> int:
+    """The number of elements of a wire shape (list of non-negative ints); ValueError otherwise."""
+    if not isinstance(shape, list) or len(shape) > _MAX_NDIM:
+        raise ValueError(f"invalid array shape {str(shape)[:60]}")
+    count = 1
+    for dim in shape:
+        if type(dim) is not int or dim < 0:
+            raise ValueError(f"invalid array shape {str(shape)[:60]}")
+        count *= dim
+    return count
+
+
+def _dtype_from_wire(d) -> np.dtype:
+    _check_descr(d)
+    dt = np.dtype(d) if isinstance(d, str) else np.lib.format.descr_to_dtype(_tuplify(d))
     if dt.hasobject:
         raise ValueError("object dtype in a wire header")
     return dt
@@ -166,10 +212,10 @@ def _decode(header: memoryview, buffers: Sequence[memoryview], where: str):
         if code == _EXT_FRAME_ARRAY:
             dtw, shape, idx = msgpack.unpackb(data, raw=False)
             dt = _dtype_from_wire(dtw)
-            if not isinstance(idx, int) or not 0 <= idx < len(buffers):
+            if type(idx) is not int or not 0 <= idx < len(buffers):
                 raise ValueError(f"array frame index {idx!r} out of range (message has {len(buffers)})")
             buf = buffers[idx]
-            count = int(np.prod(shape, dtype=np.int64))
+            count = _check_shape(shape)
             if count * dt.itemsize != buf.nbytes:
                 raise ValueError(f"array frame {idx} has {buf.nbytes} bytes, expected {count * dt.itemsize} "
                                  f"for shape {tuple(shape)} and dtype {dt}")
@@ -178,11 +224,14 @@ def _decode(header: memoryview, buffers: Sequence[memoryview], where: str):
         if code == _EXT_INLINE_ARRAY:
             dtw, shape, raw = msgpack.unpackb(data, raw=False)
             dt = _dtype_from_wire(dtw)
-            return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
+            count = _check_shape(shape)
+            if not isinstance(raw, bytes) or count * dt.itemsize != len(raw):
+                raise ValueError(f"inline array of shape {tuple(shape)} and dtype {dt} has the wrong size")
+            return np.frombuffer(raw, dtype=dt, count=count).reshape(shape).copy()
         if code == _EXT_SCALAR:
             dtw, raw = msgpack.unpackb(data, raw=False)
             dt = _dtype_from_wire(dtw)
-            if len(raw) != dt.itemsize:
+            if not isinstance(raw, bytes) or len(raw) != dt.itemsize:
                 raise ValueError(f"scalar of dtype {dt} has {len(raw)} bytes, expected {dt.itemsize}")
             return np.frombuffer(raw, dtype=dt)[0]
         raise ValueError(f"unknown msgpack extension type {code}")
@@ -190,8 +239,8 @@ def _decode(header: memoryview, buffers: Sequence[memoryview], where: str):
     try:
         obj = msgpack.unpackb(header[len(HEADER_MAGIC):], raw=False, ext_hook=ext_hook,
                               strict_map_key=False, use_list=True)
-    except (ValueError, msgpack.UnpackException, TypeError, KeyError, IndexError, OverflowError, MemoryError) as e:
-        detail = str(e) or type(e).__name__
+    except Exception as e:  # noqa: BLE001 -- any bytes at all must end here, as a ValueError
+        detail = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else (str(e) or "ValueError")
         raise ValueError(f"Malformed wire message ({where}): {detail}") from None
     if len(used) != len(buffers):
         raise ValueError(f"Malformed wire message ({where}): {len(buffers)} array frames but the header "
@@ -199,14 +248,40 @@ def _decode(header: memoryview, buffers: Sequence[memoryview], where: str):
     return obj
 
 
-def loads_frames(frames: Sequence[Any]) -> Any:
+def message_nbytes(frames: Sequence[Any]) -> int:
+    """The total size in bytes of a list of frames (bytes, memoryviews, zmq Frames)."""
+    total = 0
+    for f in frames:
+        total += _frame_bytes(f).nbytes
+    return total
+
+
+def check_message_size(nbytes: int, max_bytes: Optional[int], who: str) -> None:
+    """For senders: raise ``ValueError`` if a message is over the receiver's limit.
+
+    The receiving socket drops the connection of a peer that sends a larger frame, so the
+    sender must fail first, saying how to raise the limit.
+    """
+    if max_bytes is not None and nbytes > max_bytes:
+        raise ValueError(
+            f"{who}: a datapoint of {nbytes} bytes is larger than max_message_bytes={max_bytes}. Send "
+            f"smaller datapoints (smaller batches), or raise max_message_bytes on both ends.")
+
+
+def loads_frames(frames: Sequence[Any], max_bytes: Optional[int] = None) -> Any:
     """Decode frames made by :func:`dumps_frames` (zmq Frames, bytes or memoryviews).
 
-    Arrays are ``np.frombuffer`` views over the frames: no copy.
+    Arrays are ``np.frombuffer`` views over the frames: no copy. With ``max_bytes``,
+    a message whose frames hold more bytes than that raises ``ValueError``.
     """
     if not frames:
         raise ValueError("Malformed wire message: no frames")
     views = [_frame_bytes(f) for f in frames]
+    if max_bytes is not None:
+        total = sum(v.nbytes for v in views)
+        if total > max_bytes:
+            raise ValueError(f"Malformed wire message (multipart): {total} bytes is over the limit of "
+                             f"{max_bytes} (max_message_bytes)")
     return _decode(views[0], views[1:], "multipart")
 
 
@@ -226,12 +301,17 @@ def dumps(obj: Any) -> bytes:
     return b"".join(parts)
 
 
-def loads(buf: Any) -> Any:
-    """Decode a buffer made by :func:`dumps`; arrays are views into ``buf`` (no copy)."""
+def loads(buf: Any, max_bytes: Optional[int] = None) -> Any:
+    """Decode a buffer made by :func:`dumps`; arrays are views into ``buf`` (no copy).
+
+    With ``max_bytes``, a larger buffer raises ``ValueError``.
+    """
     mv = _frame_bytes(buf)
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")
     n = len(mv)
+    if max_bytes is not None and n > max_bytes:
+        raise ValueError(f"Malformed wire buffer: {n} bytes is over the limit of {max_bytes} (max_message_bytes)")
     if n < _BUF_PREFIX.size or bytes(mv[:4]) != BUFFER_MAGIC:
         raise ValueError(
             f"Malformed wire buffer: it does not start with {BUFFER_MAGIC!r} (got {bytes(mv[:8])!r}); "
