@@ -237,3 +237,69 @@ def test_tf_event_writer_raw_event_and_custom_dir(tf, tmp_path):
     assert [(t, s) for t, s, _ in events] == [("raw", 5), ("s", 7)]
     with pytest.raises(ValueError, match="max_queue"):
         TFEventWriter(max_queue=0)
+
+
+# --- what a real training run records ------------------------------------------------------------
+def _summary_model():
+    import tensorflow as tf
+    from _models import MLP
+
+    class SummaryMLP(MLP):
+        """MLP whose tower calls tf.summary.* directly, as TF2 code does."""
+
+        def build_graph(self, x, y):
+            cost = super().build_graph(x, y)
+            tf.summary.scalar("x_mean", tf.reduce_mean(x))
+            with tf.name_scope("inputs"):
+                tf.summary.histogram("x", x, step=0)
+            img = tf.reshape(tf.sigmoid(x[:, :4]), [-1, 2, 2, 1])
+            tf.summary.image("x_as_image", img, max_outputs=2)
+            return cost
+
+    return SummaryMLP()
+
+
+def test_learning_rate_and_tower_summaries_reach_stats_tensorboard_and_table(tf, logdir, kt_log):  # noqa: F811
+    from _models import LinearData
+    from kerastrainer import (ScheduledHyperParamSetter, SimpleTrainer, TrainConfig,
+                              launch_train_with_config)
+    logger.set_logger_dir(logdir)
+    config = TrainConfig(model=_summary_model(), dataflow=LinearData(num_batches=4),
+                         callbacks=[ScheduledHyperParamSetter("learning_rate", [(1, 0.1), (2, 0.01)])],
+                         max_epoch=3)
+    launch_train_with_config(config, SimpleTrainer())
+    # the value each epoch trained with: epoch 1 at 0.1, set to 0.01 after epoch 2
+    stats = json.load(open(os.path.join(logdir, "stats.json")))
+    assert [s["learning_rate"] for s in stats] == pytest.approx([0.1, 0.1, 0.01])
+    assert all("x_mean" in s for s in stats)      # tf.summary.scalar in the tower
+    events = read_events(logdir, tf)
+    tags = {tag for tag, _, _ in events}
+    assert {"learning_rate", "x_mean", "inputs/x", "x_as_image"} <= tags
+    lr = sorted((step, v.simple_value) for tag, step, v in events if tag == "learning_rate")
+    assert lr == [(4, pytest.approx(0.1)), (8, pytest.approx(0.1)), (12, pytest.approx(0.01))]
+    hist = [tf.make_ndarray(v.tensor) for tag, _, v in events if tag == "inputs/x"]
+    assert len(hist) == 3 and hist[0][:, 2].sum() == 32 * 8     # the whole batch's values
+    img = [v for tag, _, v in events if tag == "x_as_image"]
+    assert len(img) == 3 and len(tf.make_ndarray(img[0].tensor)) == 2 + 2   # width, height, 2 PNGs
+    # the epoch table lists it too
+    tables = [m for m in kt_log.messages if m.startswith("Epoch 3, global step 12")]
+    assert tables and "learning_rate" in tables[0] and "0.01" in tables[0]
+
+
+def test_learning_rate_recorded_without_a_setter(tf, logdir):
+    from _models import MLP, LinearData
+    from kerastrainer import SimpleTrainer, TrainConfig, launch_train_with_config
+    logger.set_logger_dir(logdir)
+    launch_train_with_config(TrainConfig(model=MLP(lr=0.05), dataflow=LinearData(num_batches=2), max_epoch=2),
+                             SimpleTrainer())
+    stats = json.load(open(os.path.join(logdir, "stats.json")))
+    assert [s["learning_rate"] for s in stats] == pytest.approx([0.05, 0.05])
+
+
+def test_tf_summary_outside_a_tower_is_tensorflows(tf, tmp_path):
+    w = tf.summary.create_file_writer(str(tmp_path))
+    with w.as_default(step=3):
+        assert bool(tf.summary.scalar("plain", 1.0))
+    w.close()
+    assert [(t, s) for t, s, _ in read_events(str(tmp_path), tf)] == [("plain", 3)]
+    assert not bool(tf.summary.scalar("no_writer", 1.0))

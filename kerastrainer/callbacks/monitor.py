@@ -40,6 +40,9 @@ from .fileio import atomic_write_text
 __all__ = ["TrainingMonitor", "Monitors", "ScalarPrinter", "JSONWriter", "TFEventWriter"]
 
 
+_LR_NAMES = ("learning_rate", "lr")
+
+
 class TrainingMonitor(Callback):
     """Base class of monitors: receives the statistics put into :class:`Monitors`.
 
@@ -170,8 +173,23 @@ class Monitors(Callback):
             m.after_epoch()
 
     def _trigger_epoch(self):
+        self._put_learning_rate()
         for m in self._monitors:
             m.trigger_epoch()
+
+    def _put_learning_rate(self) -> None:
+        """The optimizer's learning rate, each epoch, unless a HyperParamSetter already put it."""
+        epoch = self._step_and_epoch()[1]
+        for name in _LR_NAMES:
+            if name in self._latest and self._history_epochs[name][-1] == epoch:
+                return
+        opt = getattr(self.trainer, "optimizer", None)
+        opt = getattr(opt, "inner_optimizer", opt)  # LossScaleOptimizer
+        try:
+            lr = opt.learning_rate  # Keras evaluates a schedule at the current iteration
+            self.put_scalar("learning_rate", lr)
+        except (AttributeError, TypeError, ValueError):
+            pass  # no optimizer, or a learning rate that is not one number
 
     def _trigger(self):
         for m in self._monitors:

@@ -193,6 +193,22 @@ class HyperParamSetter(Callback):
     def _before_train(self):
         self._set(self._value_for_before_train(), f"before training, at global step {self.global_step}")
 
+    def trigger_epoch(self) -> None:
+        # the value the ending epoch trained with goes to stats.json, TensorBoard and the
+        # epoch table, before a subclass sets the next epoch's value
+        self._record()
+        super().trigger_epoch()
+
+    def _record(self) -> None:
+        monitors = getattr(self.trainer, "monitors", None)
+        if monitors is None:
+            return
+        try:
+            v = self.get_current_value()
+            monitors.put_scalar(self.param.readable_name, v)
+        except (TypeError, ValueError, RuntimeError):
+            pass  # not a scalar number (e.g. a vector parameter): nothing to plot
+
     def _trigger(self):
         self._set(self._get_value_to_set(), f"after epoch {self.epoch_num}")
 

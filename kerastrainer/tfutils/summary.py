@@ -6,19 +6,28 @@ each training call (averaged over the call's steps and the replicas); the
 (``stats.json``, TensorBoard, the console table). Only the main training tower
 records, as in tensorpack.
 
+``tf.summary.scalar``, ``tf.summary.histogram`` and ``tf.summary.image`` called in a
+training tower are captured the same way (a tower has no summary writer; without
+this they would write nothing): a scalar becomes a moving summary, a histogram and
+an image (its first ``max_outputs`` samples) go to TensorBoard from the last step of
+each epoch. Their ``step`` argument is ignored: the trainer knows the step. Outside
+a tower these functions behave as in TensorFlow.
+
 Example::
 
     cost = tf.reduce_mean(xent, name='cross_entropy_loss')
     add_moving_summary(cost)
     add_tensor_summary(logits, ['histogram', 'rms'], name='logits')
+    tf.summary.image('input', image, max_outputs=4)     # TensorBoard's Images tab
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import tensorflow as tf
 
-from .tower import get_current_tower_context
+from .tower import current_scope_name, get_current_tower_context
 
 __all__ = ["add_moving_summary", "add_tensor_summary", "add_param_summary", "summary_name"]
 
@@ -108,3 +117,62 @@ def add_param_summary(*summary_lists):
         for vname, v in named.items():
             if rx.fullmatch(vname) or rx.fullmatch(vname.split("/")[-1]):
                 add_tensor_summary(tf.convert_to_tensor(v), types, name="param-summary/" + vname)
+
+
+# --- tf.summary.* in a tower ---------------------------------------------------------------
+
+def _scoped(name: str) -> str:
+    scope = current_scope_name()
+    return f"{scope}/{name}" if scope else name
+
+
+def _capture_scalar(ctx, name, data, *_, **__):
+    t = tf.convert_to_tensor(data)
+    if t.shape.rank not in (0, None):
+        raise ValueError(f"tf.summary.scalar({name!r}) takes a scalar; got shape {t.shape}.")
+    ctx.moving_summaries[_scoped(name)] = tf.cast(tf.reshape(t, []), tf.float32)
+
+
+def _capture_histogram(ctx, name, data, *_, **__):
+    ctx.tensor_summaries[_scoped(name)] = tf.reshape(tf.cast(data, tf.float32), [-1])
+
+
+def _capture_image(ctx, name, data, max_outputs=3, *_, **__):
+    t = tf.convert_to_tensor(data)
+    if t.shape.rank != 4:
+        raise ValueError(f"tf.summary.image({name!r}) takes a batch of images [k, h, w, c]; got shape {t.shape}.")
+    # floats are read as [0, 1] and integers as their full range, as tf.summary.image does
+    t = tf.image.convert_image_dtype(t[:max_outputs], tf.float32)
+    ctx.tensor_summaries[_scoped(name)] = tf.clip_by_value(t, 0.0, 1.0)
+
+
+_CAPTURES = {"scalar": _capture_scalar, "histogram": _capture_histogram, "image": _capture_image}
+
+
+def _tower_aware(kind: str, original):
+    capture = _CAPTURES[kind]
+
+    @functools.wraps(original)
+    def summary_op(name, data, step=None, *args, **kwargs):
+        ctx = get_current_tower_context()
+        if ctx is None:
+            return original(name, data, step, *args, **kwargs)
+        if not ctx.is_main_training_tower:
+            return tf.constant(False)
+        capture(ctx, name, data, *args, **kwargs)
+        return tf.constant(True)
+
+    summary_op._kerastrainer_original = original
+    return summary_op
+
+
+def _install_tower_summaries() -> None:
+    """Route ``tf.summary.scalar/histogram/image`` calls made in a tower to the trainer."""
+    for module in {id(m): m for m in (tf.summary, tf.compat.v2.summary)}.values():
+        for kind in _CAPTURES:
+            fn = getattr(module, kind, None)
+            if fn is not None and not hasattr(fn, "_kerastrainer_original"):
+                setattr(module, kind, _tower_aware(kind, fn))
+
+
+_install_tower_summaries()
