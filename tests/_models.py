@@ -30,14 +30,15 @@ class LinearData(DataFlow):
 class MLP(ModelDesc):
     """Two dense layers; records accuracy; SGD or Adam."""
 
-    def __init__(self, dim=8, opt="sgd", lr=0.1):
+    def __init__(self, dim=8, opt="sgd", lr=0.1, hidden_activation=tf.nn.relu):
         self.dim, self.opt, self.lr = dim, opt, lr
+        self.hidden_activation = hidden_activation
 
     def inputs(self):
         return [tf.TensorSpec((None, self.dim), tf.float32, "x"), tf.TensorSpec((None,), tf.int32, "y")]
 
     def build_graph(self, x, y):
-        h = FullyConnected("fc1", x, 16, activation=tf.nn.relu)
+        h = FullyConnected("fc1", x, 16, activation=self.hidden_activation)
         logits = FullyConnected("fc2", h, 3)
         tf.nn.softmax(logits, name="prob")
         correct = tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), y), tf.float32)

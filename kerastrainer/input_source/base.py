@@ -14,7 +14,7 @@ steps. The trainer uses it like this::
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import Optional, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -115,6 +115,14 @@ class InputSource:
 
     def raise_pending_error(self) -> None:
         """Re-raise an error from a producer thread, if any (called when a step fails)."""
+
+    def cancel(self) -> None:
+        """Make a step that waits for data fail now (called from the interrupt watcher thread
+        on Ctrl-C; must not block). Sources whose steps cannot wait do nothing."""
+
+    def fill_level(self) -> Optional[int]:
+        """Batches ready for the next steps, or None when the source does not know."""
+        return None
 
     def set_shapes(self, tensors) -> list:
         """Give dequeued tensors the static shapes of the signature."""

@@ -163,6 +163,14 @@ class QueueInput(InputSource):
                 f"{self.name}: the DataFlow {type(self.ds).__name__} raised while producing data:\n"
                 f"{self._error_tb}") from err
 
+    def cancel(self) -> None:
+        # closing the queue fails a pending dequeue at once; close() joins threads later
+        self._stop.set()
+        self._close_queue()
+
+    def fill_level(self):
+        return self.queue_size()
+
     def close(self) -> None:
         if self._closed:
             return

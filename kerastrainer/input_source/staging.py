@@ -74,6 +74,12 @@ class StagingInput(InputSource):
     def raise_pending_error(self) -> None:
         self.input.raise_pending_error()
 
+    def cancel(self) -> None:
+        self.input.cancel()
+
+    def fill_level(self):
+        return self.input.fill_level()
+
     def _active_on(self, device: str) -> bool:
         return self.force or _device_kind(device) == "GPU"
 

@@ -12,6 +12,7 @@ may post-process gradients (:meth:`Trainer._reduce_gradients`).
 from __future__ import annotations
 
 import math
+import re
 import time
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -23,6 +24,8 @@ from ..callbacks.base import Callback, StopTraining
 from ..input_source.base import InputSource, InputSourceError
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
+from ..utils.concurrency import describe_child_processes
+from ..utils.interrupt import SignalWatcher
 
 __all__ = ["Trainer", "StopTraining"]
 
@@ -38,6 +41,60 @@ def _replica_index() -> int:
     return int(rid) if rid is not None else 0
 
 
+def _device_type(device: str) -> str:
+    return (tf.DeviceSpec.from_string(device).device_type or "CPU").upper()
+
+
+_xla_kernels_registered = False
+
+
+def xla_unsupported_ops(concrete_function, device_type: str = "CPU") -> List[str]:
+    """``'OpType (node)'`` of each op of the XLA-compiled functions in a traced function
+    that has no XLA kernel on ``device_type`` (``'CPU'``/``'GPU'``): what XLA would fail on.
+
+    Read from the graph, before anything runs: no data is consumed, no collective started.
+    """
+    from tensorflow.python.framework import kernels
+
+    global _xla_kernels_registered
+    if not _xla_kernels_registered:  # XLA registers its compilation kernels when first used
+        with tf.device("/device:CPU:0"):
+            tf.function(lambda x: x + 1, jit_compile=True)(tf.constant(0.0))
+        _xla_kernels_registered = True
+    jit_device = f"XLA_{device_type.upper()}_JIT"
+    library = {f.signature.name: f for f in concrete_function.graph.as_graph_def().library.function}
+    todo = [name for name, f in library.items() if "_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b]
+    seen, bad, supported = set(todo), {}, {}
+    while todo:
+        for node in library[todo.pop()].node_def:
+            called = [node.op] if node.op in library else []
+            for value in node.attr.values():
+                called += [value.func.name] if value.HasField("func") else [f.name for f in value.list.func]
+            for name in called:
+                if name in library and name not in seen:
+                    seen.add(name)
+                    todo.append(name)
+            if node.op in library:
+                continue
+            if node.op not in supported:
+                supported[node.op] = any(kd.device_type == jit_device
+                                         for kd in kernels.get_registered_kernels_for_op(node.op).kernel)
+            if not supported[node.op]:
+                bad.setdefault(node.op, node.name)
+    return [f"{op} ({name})" for op, name in sorted(bad.items())]
+
+
+_NO_XLA_KERNEL = re.compile(r"No registered '([^']+)' OpKernel for XLA_\w+ devices")
+
+
+def _xla_error_ops(error: Exception) -> Optional[List[str]]:
+    """The ops an XLA compile error names, or None when the error is not XLA's."""
+    msg = str(error)
+    if not re.search(r"XLA_\w+_JIT|tf2xla|XLA compilation|_XlaMustCompile", msg):
+        return None
+    return sorted(set(_NO_XLA_KERNEL.findall(msg))) or ["(an op XLA rejected, see the message)"]
+
+
 class Trainer:
     """Base class of trainers.
 
@@ -47,7 +104,14 @@ class Trainer:
             past an epoch end or a step a callback asked to see; an int fixes it.
         precision: ``None``/``'fp32'``, ``'bf16'`` (``'mixed_bfloat16'``) or ``'fp16'``
             (``'mixed_float16'``, with dynamic loss scaling).
-        jit_compile: compile the forward and backward pass of each step with XLA.
+        jit_compile: compile each step with XLA. ``'auto'`` (the default): on when the
+            strategy's devices include a GPU, off on CPU devices (XLA's CPU backend was
+            not faster, see docs/training.md); if XLA cannot compile the step (an op with
+            no XLA kernel, e.g. ``tf.py_function``), training goes on without XLA after one
+            warning naming the op. ``True``: always, and such an op is an error. ``False``: never.
+            One replica: the whole step (forward, backward, optimizer update) is one XLA
+            cluster; several replicas or processes: forward and backward (the all-reduce
+            and the update stay outside). The input's dequeue is never inside.
         average: average gradients over towers (True) or sum them.
     """
 
@@ -56,16 +120,26 @@ class Trainer:
     # second per call keeps that near 1% while progress and callbacks stay responsive.
     target_call_seconds = 0.5
     max_auto_steps_per_call = 1000
+    # jit_compile='auto' on CPU devices: off, as XLA's CPU backend was not faster than TF's
+    # own kernels on the models measured (docs/training.md); True to use XLA there too
+    auto_xla_on_cpu = False
+    # a step that waited this long on an empty input queue is reported (then as often again)
+    stall_report_seconds = 30.0
 
     def __init__(self, steps_per_call: Union[str, int] = "auto", precision: Optional[str] = None,
-                 jit_compile: bool = False, average: bool = True):
+                 jit_compile: Union[bool, str] = "auto", average: bool = True):
         if steps_per_call != "auto" and (not isinstance(steps_per_call, int) or steps_per_call < 1):
             raise ValueError(f"steps_per_call must be 'auto' or a positive int; got {steps_per_call!r}")
         if precision not in _PRECISIONS:
             raise ValueError(f"precision must be one of {sorted(k for k in _PRECISIONS if k)}; got {precision!r}")
+        if isinstance(jit_compile, str) and jit_compile != "auto" or jit_compile not in (True, False, "auto"):
+            raise ValueError(f"jit_compile must be True, False or 'auto'; got {jit_compile!r}")
         self.steps_per_call = steps_per_call
         self.precision = _PRECISIONS[precision]
-        self.jit_compile = bool(jit_compile)
+        # what was asked for; use_xla / xla_region: what this run does (set in setup_graph)
+        self.jit_compile = jit_compile if jit_compile == "auto" else bool(jit_compile)
+        self.use_xla = False
+        self.xla_region: Optional[str] = None
         self.average = bool(average)
         self.epoch_num = 0
         self.global_step = 0
@@ -83,6 +157,11 @@ class Trainer:
         self._step_seconds = None
         self._calls = 0
         self._steps_tensors: Dict[int, tf.Tensor] = {}
+        self._call_started: Optional[float] = None
+        self._stall_reported = 0.0
+        self._interrupted = False
+        self._cancelled = False
+        self._own_sigint = False
 
     # --- distribution: subclasses override ----------------------------------------------
     def _make_strategy(self) -> tf.distribute.Strategy:
@@ -135,6 +214,7 @@ class Trainer:
             keras.mixed_precision.set_global_policy(previous_policy)
         self.checkpoint = tf.train.Checkpoint(model=self.model_variables, optimizer=self.optimizer,
                                               global_step=self.global_step_var, epoch=self.epoch_var)
+        self.use_xla = self._resolve_jit_compile()
         self._train_fn = self._make_train_function()
         logger.info("Model built: %d trainable variables, %s parameters, %d replica(s).",
                     len(self.trainable_variables),
@@ -169,26 +249,37 @@ class Trainer:
             hists = {n: ctx.tensor_summaries.get(n, tf.zeros([0])) for n in histogram_names}
             return grads, outs, hists
 
-        if self.jit_compile:
-            forward_backward = tf.function(forward_backward, jit_compile=True)
-
-        def replica_step(*feeds):
-            inputs = list(feeds) if source.requires_feed else source.get_input_tensors()
-            grads, outs, hists = forward_backward(*inputs)
+        def update(grads):
             pairs = [(g, v) for g, v in zip(self._reduce_gradients(list(grads)), variables) if g is not None]
             if not pairs:
                 raise ValueError("No gradient flows from the cost to any trainable variable.")
             opt.apply_gradients(pairs)
+
+        def whole_step(*inputs):
+            grads, outs, hists = forward_backward(*inputs)
+            update(grads)
             return outs, hists
+
+        # XLA region: never the input's dequeue (queue and iterator ops have no XLA kernel);
+        # the update too where it has no all-reduce (see _xla_region)
+        self.xla_region = self._xla_region() if self.use_xla else None
+        if self.xla_region == "step":
+            whole_step = tf.function(whole_step, jit_compile=True)
+        elif self.xla_region == "forward_backward":
+            forward_backward = tf.function(forward_backward, jit_compile=True)
+
+        def replica_step(*feeds):
+            inputs = list(feeds) if source.requires_feed else source.get_input_tensors()
+            return whole_step(*inputs)
 
         mean, total = tf.distribute.ReduceOp.MEAN, tf.distribute.ReduceOp.SUM
 
         def train_calls(k, *feeds):
             acc = {n: tf.constant(0.0) for n in ["cost"] + summary_names}
             first_bad = tf.constant(-1, tf.int64)
-            # histograms of the call's last step, from the main tower (replica 0)
-            # (an empty vector of unknown static length, so the loop may change its length)
-            hist = {n: tf.compat.v1.placeholder_with_default(tf.zeros([0]), shape=[None])
+            # histograms (vectors) and images (NHWC) of the call's last step, from the main
+            # tower (replica 0); an empty value of unknown shape, so the loop may change it
+            hist = {n: tf.compat.v1.placeholder_with_default(tf.zeros([0]), shape=None)
                     for n in histogram_names}
             for i in tf.range(k):
                 per_replica, per_replica_hist = strategy.run(replica_step, args=feeds)
@@ -205,6 +296,84 @@ class Trainer:
 
         self._output_names = ["cost"] + summary_names
         return tf.function(train_calls)
+
+    # --- XLA ---------------------------------------------------------------------------------
+    def _replica_devices(self) -> List[str]:
+        """The devices this process's replicas run on."""
+        try:
+            devices = list(self.strategy.extended.worker_devices)
+        except (RuntimeError, AttributeError, NotImplementedError):  # the default strategy has none
+            devices = []
+        if not devices:
+            gpus = tf.config.list_logical_devices("GPU")
+            devices = [gpus[0].name if gpus else "/device:CPU:0"]
+        return devices
+
+    def _resolve_jit_compile(self) -> bool:
+        if self.jit_compile != "auto":
+            return bool(self.jit_compile)
+        return any(_device_type(d) == "GPU" or self.auto_xla_on_cpu for d in self._replica_devices())
+
+    def _xla_region(self) -> str:
+        """``'step'``: forward, backward and update in one XLA cluster (one replica, no
+        all-reduce in the update); ``'forward_backward'``: the tower and its gradients."""
+        one_device = self.num_replicas == 1 and (
+            self.strategy is tf.distribute.get_strategy() or isinstance(self.strategy, tf.distribute.OneDeviceStrategy))
+        own_reduce = type(self)._reduce_gradients is not Trainer._reduce_gradients
+        return "step" if one_device and not own_reduce else "forward_backward"
+
+    def _call_train_fn(self, k: int, feeds: list):
+        if self._calls > 0:
+            return self._train_fn(self._steps_tensor(k), *feeds)
+        # the first call: trace, check that XLA can compile the step, compile, run
+        t0 = time.perf_counter()
+        concrete = self._train_fn.get_concrete_function(self._steps_tensor(k), *feeds)
+        traced = time.perf_counter() - t0
+        if self.use_xla:
+            bad = xla_unsupported_ops(concrete, _device_type(self._replica_devices()[0]))
+            if bad:
+                self._xla_cannot_compile(bad, "they have no XLA kernel")
+                t0 = time.perf_counter()
+                self._train_fn.get_concrete_function(self._steps_tensor(k), *feeds)
+                traced = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        try:
+            out = self._train_fn(self._steps_tensor(k), *feeds)
+            out[0].numpy()
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError,
+                tf.errors.InternalError) as e:
+            ops = _xla_error_ops(e) if self.use_xla else None
+            if ops is None:
+                raise
+            # (one batch per replica was taken from the input by the failed call)
+            self._xla_cannot_compile(ops, f"XLA failed: {str(e).strip().splitlines()[0][:300]}", e)
+            t1 = time.perf_counter()
+            out = self._train_fn(self._steps_tensor(k), *feeds)
+            out[0].numpy()
+        first = time.perf_counter() - t1
+        if self.use_xla:
+            logger.info("XLA: compiled the train step (%s) in %.1f s (the first call, %d step(s); tracing "
+                        "took %.1f s before it).", "forward, backward and update" if self.xla_region == "step"
+                        else "forward and backward", first, k, traced)
+        else:
+            logger.info("Traced the train function in %.1f s; its first call (%d step(s)) took %.1f s.",
+                        traced, k, first)
+        return out
+
+    def _xla_cannot_compile(self, ops: List[str], why: str, error: Optional[Exception] = None) -> None:
+        """jit_compile='auto': warn and rebuild the train function without XLA; True: raise."""
+        names = ", ".join(ops)
+        if self.jit_compile is True:
+            msg = (f"jit_compile=True, but XLA cannot compile the train step: {names} ({why}). Remove "
+                   "these ops from the tower (e.g. tf.py_function, string ops), or use jit_compile='auto' "
+                   "(falls back to no XLA) or False.")
+            if error is not None:
+                raise type(error)(error.node_def, error.op, msg) from error
+            raise ValueError(msg)
+        logger.warning("XLA cannot compile the train step: %s (%s). Training without XLA "
+                       "(jit_compile='auto'); pass jit_compile=False to skip this attempt.", names, why)
+        self.use_xla = False
+        self._train_fn = self._make_train_function()
 
     # --- running ---------------------------------------------------------------------------
     def get_hyperparam_var(self, name: str):
@@ -272,16 +441,23 @@ class Trainer:
         """Run ``k`` training steps in one call; update counters and ``last_step_outputs``."""
         feeds = self.input.next_feed() if self.input.requires_feed else []
         t0 = time.perf_counter()
+        self._call_started = time.monotonic()
         try:
-            packed, hists = self._train_fn(self._steps_tensor(k), *feeds)
+            packed, hists = self._call_train_fn(k, feeds)
             values = packed.numpy().tolist()
             outs = dict(zip(self._output_names, values))
             first_bad = int(values[-1])
         except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as e:
+            if self._interrupted or self._cancelled:
+                raise KeyboardInterrupt from None
             self.input.raise_pending_error()
             raise InputSourceError(
                 f"The input of training ({type(self.input).__name__}) was closed while a step waited "
                 "for data.") from e
+        finally:
+            self._call_started = None
+        if self._interrupted:
+            raise KeyboardInterrupt
         self._update_auto_steps(k, time.perf_counter() - t0)
         bad_step = self.global_step + first_bad if first_bad >= 0 else -1
         self.global_step += k
@@ -292,7 +468,11 @@ class Trainer:
         if hists and self.local_step >= self.steps_per_epoch and self.monitors is not None:
             for name, values in hists.items():
                 if values.shape[0]:
-                    self.monitors.put_histogram(name, values.numpy())
+                    arr = values.numpy()
+                    if arr.ndim == 4:  # tf.summary.image in the tower
+                        self.monitors.put_image(name, arr)
+                    else:
+                        self.monitors.put_histogram(name, arr)
         return outs
 
     def setup_callbacks(self, callbacks: Sequence[Callback], monitors: Sequence[Callback]) -> None:
@@ -319,7 +499,10 @@ class Trainer:
         self.max_epoch = int(max_epoch)
         self.epoch_num = self.starting_epoch - 1
         cbs = self._callbacks
+        watcher = SignalWatcher(self._on_signal, self._check_input_stall)
+        old_sigint = self._install_sigint()
         try:
+            watcher.__enter__()
             cbs.before_train()
             for self.epoch_num in range(self.starting_epoch, self.max_epoch + 1):
                 logger.info("Start Epoch %d ...", self.epoch_num)
@@ -340,10 +523,64 @@ class Trainer:
             logger.info("Training interrupted (KeyboardInterrupt); cleaning up.")
             raise
         finally:
+            watcher.__exit__(None, None, None)
+            self._restore_sigint(old_sigint)
             try:
                 cbs.after_train()
             finally:
                 self.input.close()
+
+    # Ctrl-C: the C-level handler wakes the watcher thread, which fails a blocked dequeue at
+    # once; our Python handler (run when the main thread is back) lets the call unwind and
+    # run_step_call raises KeyboardInterrupt. A second Ctrl-C raises at once.
+    def _install_sigint(self):
+        import signal
+        import threading
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        old = signal.getsignal(signal.SIGINT)
+        if old is not signal.default_int_handler:
+            return None  # the program has its own handler: leave Ctrl-C to it
+        signal.signal(signal.SIGINT, self._on_sigint)
+        self._own_sigint = True
+        return old
+
+    def _restore_sigint(self, old) -> None:
+        import signal
+        if self._own_sigint:
+            signal.signal(signal.SIGINT, old)
+            self._own_sigint = False
+
+    def _on_sigint(self, signum, frame):
+        if self._call_started is not None and not self._interrupted:
+            self._interrupted = True
+            logger.info("Ctrl-C: stopping after the current call (press again to stop at once).")
+            return
+        raise KeyboardInterrupt
+
+    def _on_signal(self, signum: int) -> None:
+        """Watcher thread: Ctrl-C while a step may be blocked waiting for data: fail the wait now."""
+        import signal
+        if signum == signal.SIGINT and self._own_sigint:
+            self._cancelled = True
+            self.input.cancel()
+
+    def _check_input_stall(self) -> None:
+        """Watcher thread: report a step that has waited long on an empty input queue."""
+        started = self._call_started
+        if started is None:
+            self._stall_reported = 0.0
+            return
+        waited = time.monotonic() - started
+        if waited < max(self.stall_report_seconds, self._stall_reported + self.stall_report_seconds):
+            return
+        if self.input.fill_level() != 0:
+            return
+        self._stall_reported = waited
+        logger.warning("Training has waited %.0f s for input: %s has no batch ready. Worker processes: %s. "
+                       "A worker that is 'stopped' was paused (SIGSTOP/Ctrl-Z); one that is 'running' is "
+                       "slow or stuck in the DataFlow. Ctrl-C stops training.",
+                       waited, type(self.input).__name__, describe_child_processes())
 
     def train(self, callbacks: Sequence[Callback], monitors: Sequence[Callback],
               session_init: Optional[SessionInit], steps_per_epoch: int, starting_epoch: int,

@@ -169,3 +169,19 @@ def mp_fork_context():
         return mp.get_context("fork")
     except ValueError:  # pragma: no cover - Windows
         return mp.get_context()
+
+
+def describe_child_processes() -> str:
+    """'pid 12 (MultiProcessRunnerZMQ-0, stopped), ...' for every descendant of this process."""
+    try:
+        import psutil
+        kids = psutil.Process().children(recursive=True)
+    except Exception as e:  # pragma: no cover - psutil is a dependency
+        return f"(cannot list them: {e})"
+    parts = []
+    for p in kids:
+        try:
+            parts.append(f"pid {p.pid} ({p.name()}, {p.status()})")
+        except Exception:
+            parts.append(f"pid {p.pid} (gone)")
+    return ", ".join(parts) if parts else "none"

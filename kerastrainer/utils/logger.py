@@ -9,6 +9,10 @@
 - ``'n'`` use a new directory ``dir + timestamp``,
 - ``'q'`` quit with an error.
 
+The process holds the directory's lock (``.lock``) until another directory is set or
+the process ends: a second training run in the same directory stops at once with
+:class:`~kerastrainer.utils.dirlock.LogDirLockedError` naming the holder.
+
 Without an action it asks on a terminal; when stdin is not a terminal it never
 prompts and raises instead, naming the choices.
 
@@ -70,6 +74,7 @@ setLevel = _logger.setLevel
 
 LOG_DIR: Optional[str] = None
 _FILE_HANDLER: Optional[logging.Handler] = None
+_DIR_LOCK = None  # the LogDirLock of LOG_DIR, held while this process uses it
 
 
 def _timestamp() -> str:
@@ -102,7 +107,10 @@ def set_logger_dir(dirname: str, action: Optional[str] = None) -> None:
             when ``dirname`` exists and is not empty.
     """
     global LOG_DIR
+    from .dirlock import LogDirLock
     dirname = os.path.normpath(dirname)
+    # before deleting, moving or appending to it: is another run using it?
+    LogDirLock(dirname).check_free()
     if _FILE_HANDLER is not None:
         _logger.removeHandler(_FILE_HANDLER)
 
@@ -140,13 +148,31 @@ def set_logger_dir(dirname: str, action: Optional[str] = None) -> None:
             raise OSError(f"Log directory '{dirname}' exists; quitting as asked (action 'q').")
         else:
             raise ValueError(f"Unknown log-directory action {action!r}; use one of k, d, b, n, q.")
-    LOG_DIR = dirname
     try:
         os.makedirs(dirname, exist_ok=True)
     except OSError as e:  # pragma: no cover
         if e.errno != errno.EEXIST:
             raise
+    _lock_dir(dirname)
+    LOG_DIR = dirname
     _set_file(os.path.join(dirname, "log.log"))
+
+
+def _lock_dir(dirname: str) -> None:
+    """Hold ``dirname``'s lock (one training per log directory), giving back the previous one."""
+    global _DIR_LOCK
+    from .dirlock import LogDirLock
+    if (_DIR_LOCK is not None and os.path.abspath(_DIR_LOCK.dirname) == os.path.abspath(dirname)
+            and os.path.exists(_DIR_LOCK.path)):
+        return
+    if _DIR_LOCK is not None and not os.path.exists(_DIR_LOCK.path):
+        _DIR_LOCK.release()  # its directory was deleted or moved (actions 'd', 'b')
+        _DIR_LOCK = None
+    lock = LogDirLock(dirname)
+    lock.acquire()
+    if _DIR_LOCK is not None:
+        _DIR_LOCK.release()
+    _DIR_LOCK = lock
 
 
 def auto_set_dir(action: Optional[str] = None, name: Optional[str] = None) -> str:
@@ -167,9 +193,12 @@ def get_logger_dir() -> Optional[str]:
 
 def unset_logger_dir() -> None:
     """Forget the log directory (used between runs in one process, e.g. tests)."""
-    global LOG_DIR, _FILE_HANDLER
+    global LOG_DIR, _FILE_HANDLER, _DIR_LOCK
     if _FILE_HANDLER is not None:
         _logger.removeHandler(_FILE_HANDLER)
         _FILE_HANDLER.close()
         _FILE_HANDLER = None
+    if _DIR_LOCK is not None:
+        _DIR_LOCK.release()
+        _DIR_LOCK = None
     LOG_DIR = None

@@ -1,0 +1,106 @@
+"""See Ctrl-C while the main thread is blocked inside a native call.
+
+Python runs a signal handler only when the main thread returns to the interpreter;
+a training step blocked in TensorFlow (waiting on an empty input queue) never does.
+:class:`SignalWatcher` registers a wakeup fd, so the C-level handler writes the
+signal number to a socket the moment the signal arrives; a helper thread reads it
+and calls ``on_signal`` (which must release the blocked call, e.g. by closing the
+input queue). The usual Python handler (``KeyboardInterrupt``) then runs as soon as
+the main thread is back. The same thread calls ``on_tick`` about once a second.
+
+Example::
+
+    with SignalWatcher(on_signal=lambda signum: queue_source.cancel()):
+        run_training()
+"""
+from __future__ import annotations
+
+import select
+import signal
+import socket
+import threading
+from typing import Callable, Optional
+
+__all__ = ["SignalWatcher"]
+
+
+class SignalWatcher:
+    """Call ``on_signal(signum)`` from a helper thread as soon as a handled signal arrives.
+
+    Only active on the main thread (elsewhere it does nothing). ``on_tick()`` is called
+    every ``tick_seconds`` while active. Exceptions from the callbacks are logged, never raised.
+    """
+
+    def __init__(self, on_signal: Callable[[int], None], on_tick: Optional[Callable[[], None]] = None,
+                 tick_seconds: float = 1.0):
+        self.on_signal = on_signal
+        self.on_tick = on_tick
+        self.tick_seconds = tick_seconds
+        self._thread: Optional[threading.Thread] = None
+        self._socks = None
+        self._old_fd = -1
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        r, w = socket.socketpair()
+        r.setblocking(False)
+        w.setblocking(False)
+        try:
+            self._old_fd = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            r.close()
+            w.close()
+            return self
+        self._socks = (r, w)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="SignalWatcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._socks is None:
+            return
+        r, w = self._socks
+        try:
+            signal.set_wakeup_fd(self._old_fd)
+        except (ValueError, OSError):
+            pass
+        self._stop.set()
+        try:
+            w.send(b"\0")  # wake the thread (0 is no signal)
+        except OSError:
+            pass
+        self._thread.join(timeout=2)
+        r.close()
+        w.close()
+        self._socks = None
+
+    def _call(self, fn, *args):
+        try:
+            fn(*args)
+        except Exception as e:  # a failing callback must not kill the watcher
+            from . import logger
+            logger.warning("SignalWatcher: %s failed: %s", getattr(fn, "__name__", fn), e)
+
+    def _run(self):
+        r = self._socks[0]
+        while not self._stop.is_set():
+            ready, _, _ = select.select([r], [], [], self.tick_seconds)
+            if ready:
+                try:
+                    data = r.recv(64)
+                except (BlockingIOError, InterruptedError):
+                    data = b""
+                if self._old_fd >= 0 and data:
+                    try:  # whoever registered before us still gets their bytes
+                        import os
+                        os.write(self._old_fd, data)
+                    except OSError:
+                        pass
+                for signum in data:
+                    if signum and not self._stop.is_set():
+                        self._call(self.on_signal, signum)
+            elif self.on_tick is not None and not self._stop.is_set():
+                self._call(self.on_tick)
