@@ -17,7 +17,8 @@ from .dataflow import *  # noqa: F401,F403  (TF-free)
 # Subpackages whose public names are re-exported here, loaded on first access.
 _TF_MODULES = ("kerastrainer.tfutils", "kerastrainer.input_source", "kerastrainer.models",
                "kerastrainer.callbacks", "kerastrainer.train", "kerastrainer.predict",
-               "kerastrainer.keras", "kerastrainer.lms")
+               "kerastrainer.keras", "kerastrainer.lms",
+               "kerastrainer.compat")
 _tf_names = None
 
 

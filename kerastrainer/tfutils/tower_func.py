@@ -20,6 +20,7 @@ from typing import Callable, List, Sequence
 import numpy as np
 import tensorflow as tf
 
+from ..compat.variables import tf1_variables_in_store
 from .layer_store import LayerStore
 from .tower import TowerContext
 
@@ -87,7 +88,7 @@ class TowerFunction:
                  total: int = 1):
         """Run the tower in a TowerContext; returns ``(cost, context)``."""
         with TowerContext(name, is_training=is_training, index=index, total=total,
-                          layer_store=self.layer_store) as ctx:
+                          layer_store=self.layer_store) as ctx, tf1_variables_in_store(self.layer_store):
             # Tower code runs as written (graph semantics, as in tensorpack), not rewritten
             # by AutoGraph: use tf.cond / tf.while_loop for data-dependent control flow.
             cost = tf.autograph.experimental.do_not_convert(self.fn)(*inputs)

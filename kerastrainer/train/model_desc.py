@@ -5,7 +5,9 @@ from typing import List
 
 import tensorflow as tf
 
+from ..compat.optimizer import call_optimizer
 from ..tfutils.layer_store import LayerStore
+from ..tfutils.tower import get_current_tower_context
 from ..tfutils.tower_func import ModelVariables, TowerFunction
 
 __all__ = ["ModelDesc", "ModelDescBase"]
@@ -52,6 +54,15 @@ class ModelDescBase:
                 raise ValueError(f"{type(self).__name__}.inputs() has duplicate names {dup}")
             self._input_signature_cache = specs
         return self._input_signature_cache
+
+    @property
+    def training(self) -> bool:
+        """Whether the tower being built trains (tensorpack >= 0.10's ``self.training``).
+
+        Only meaningful inside ``build_graph``; False outside any tower.
+        """
+        ctx = get_current_tower_context()
+        return bool(ctx is not None and ctx.is_training)
 
     @property
     def input_names(self) -> List[str]:
@@ -111,9 +122,14 @@ class ModelDesc(ModelDescBase):
         raise NotImplementedError("ModelDesc.optimizer() must return a Keras optimizer")
 
     def get_optimizer(self):
-        """``optimizer()``, called once and cached."""
+        """``optimizer()``, called once and cached.
+
+        It is called as tensorpack did (graph mode, variables made once in the layer
+        store); a ``tf.compat.v1.train`` optimizer is translated to its Keras 3 equivalent
+        (see :mod:`kerastrainer.compat`).
+        """
         opt = self.__dict__.get("_optimizer")
         if opt is None:
-            opt = self.optimizer()
+            opt = call_optimizer(self.optimizer, self.layer_store)
             self.__dict__["_optimizer"] = opt
         return opt

@@ -1,0 +1,38 @@
+"""TF1 idioms of tensorpack programs, translated to TF2 and Keras 3.
+
+``tfv1`` is ``tf.compat.v1``, as in tensorpack (``from kerastrainer import tfv1 as tf``).
+Inside a tower function and in ``ModelDesc.optimizer()``:
+
+- ``tfv1.get_variable(name, ...)`` creates the variable once in the model's layer store
+  and returns the same variable in every later trace and tower;
+- ``get_global_step_var()`` is the trainer's step counter, incremented in-graph after
+  every step, so a ``tfv1.train.exponential_decay`` of it moves during training;
+- ``optimizer()`` may return a ``tfv1.train`` optimizer: it is translated to the Keras 3
+  optimizer with the same update rule (logged once). See docs/tensorpack-migration.md.
+
+Example::
+
+    from kerastrainer import *
+    from kerastrainer.compat import tfv1 as tf
+
+    class Model(ModelDesc):
+        def optimizer(self):
+            lr = tf.get_variable('learning_rate', initializer=0.1, trainable=False)
+            return tf.train.MomentumOptimizer(lr, 0.9)   # -> keras SGD-style momentum, TF1 maths
+"""
+import tensorflow as tf
+
+from .global_step import get_global_step_value, get_global_step_var
+from .optimizer import call_optimizer, translate_optimizer
+from .tensors import get_op_tensor_name, get_tf_version_tuple
+
+tfv1 = tf.compat.v1
+
+
+def is_tfv2() -> bool:
+    """Always True: kerastrainer runs on TensorFlow 2 (tensorpack's ``compat.is_tfv2``)."""
+    return True
+
+
+__all__ = ["tfv1", "is_tfv2", "get_global_step_var", "get_global_step_value", "get_op_tensor_name",
+           "get_tf_version_tuple"]

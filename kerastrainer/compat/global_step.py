@@ -1,0 +1,92 @@
+"""The global step inside a tower and in ``optimizer()``: tensorpack's ``get_global_step_var``.
+
+Each model's layer store owns one int64 step variable. A trainer adopts it as its
+``global_step`` (saved in checkpoints) and increments it in-graph after every step of
+its multi-step loop, so an expression of it in ``build_graph`` (a weight-decay
+schedule) or in ``optimizer()`` (a learning-rate schedule) moves during training, as
+in tensorpack.
+
+Example::
+
+    def build_graph(self, image, label):
+        wd = tfv1.train.exponential_decay(2e-4, get_global_step_var(), 480000, 0.2, True)
+        ...
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from contextlib import contextmanager
+from typing import Optional
+
+import tensorflow as tf
+
+from ..tfutils.layer_store import LayerStore, get_default_layer_store
+from ..tfutils.tower import get_current_tower_context
+from ..utils import logger
+
+__all__ = ["get_global_step_var", "get_global_step_value", "global_step_of", "active_store",
+           "set_current_global_step"]
+
+_steps: "weakref.WeakKeyDictionary[LayerStore, tf.Variable]" = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+_local = threading.local()
+_current: Optional[tf.Variable] = None  # the step of the trainer set up last (for callbacks)
+_logged = False
+
+
+def global_step_of(store: LayerStore) -> tf.Variable:
+    """The step variable of ``store``, created (eagerly, in the current strategy scope) once."""
+    with _lock:
+        var = _steps.get(store)
+        if var is None:
+            with tf.init_scope():
+                var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            _steps[store] = var
+        return var
+
+
+def set_current_global_step(var: tf.Variable) -> None:
+    """Called by trainers: the step that ``get_global_step_var()`` returns outside any tower."""
+    global _current
+    _current = var
+
+
+@contextmanager
+def active_store(store: LayerStore):
+    """Make ``store`` the one ``get_global_step_var()`` uses outside a tower (in ``optimizer()``)."""
+    prev = getattr(_local, "store", None)
+    _local.store = store
+    try:
+        yield store
+    finally:
+        _local.store = prev
+
+
+def get_global_step_var() -> tf.Variable:
+    """The global step as an int64 ``tf.Variable``: the number of training steps done.
+
+    In a tower function and in ``optimizer()`` it is the model's step, which the trainer
+    increments in-graph after each step; in a callback it is the running trainer's.
+    """
+    global _logged
+    ctx = get_current_tower_context()
+    store = ctx.layer_store if ctx is not None else getattr(_local, "store", None)
+    if store is None and _current is not None:
+        return _current
+    var = global_step_of(store if store is not None else get_default_layer_store())
+    if not _logged:
+        _logged = True
+        logger.info("get_global_step_var(): the trainer's step counter, incremented in-graph after "
+                    "every training step (tensorpack's global_step).")
+    return var
+
+
+def get_global_step_value() -> int:
+    """The global step as a Python int (read eagerly; in a tower function use the variable)."""
+    var = get_global_step_var()
+    if not tf.executing_eagerly():
+        raise RuntimeError("get_global_step_value() reads the step eagerly; inside a tower function "
+                           "use get_global_step_var() instead.")
+    return int(var.numpy())

@@ -1,0 +1,191 @@
+"""``ModelDesc.optimizer()`` returning a ``tf.compat.v1.train`` optimizer: translated to Keras 3.
+
+``optimizer()`` is traced once as a graph function (so TF1 code in it behaves as in
+TF1: ``tfv1.train.exponential_decay(...)`` of the global step is a tensor and
+``tfv1.summary.scalar`` on it works). Its variables (``tfv1.get_variable('learning_rate')``)
+live in the model's layer store. A ``tfv1.train`` optimizer is then replaced by the Keras 3
+optimizer with the same update rule; its learning rate becomes
+
+- a float: the Keras optimizer's own variable;
+- a variable (tensorpack's ``learning_rate`` idiom): read by the optimizer every step, and
+  set by ``ScheduledHyperParamSetter('learning_rate', ...)``;
+- an expression of the global step (``exponential_decay``, ``piecewise_constant``, ...):
+  the traced expression, evaluated each step on the in-graph global step (same ops as TF1).
+
+Every translation is logged once.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from ..tfutils.layer_store import LayerStore
+from ..utils import logger
+from .global_step import active_store
+from .variables import tf1_variables_in_store
+
+__all__ = ["call_optimizer", "translate_optimizer", "MomentumV1", "RMSPropV1"]
+
+_logged = set()
+
+
+def _log_once(msg: str) -> None:
+    if msg not in _logged:
+        _logged.add(msg)
+        logger.info(msg)
+
+
+class MomentumV1(keras.optimizers.SGD):
+    """``tf.compat.v1.train.MomentumOptimizer``'s update rule as a Keras 3 optimizer.
+
+    TF1 keeps the learning rate out of the accumulator (``a = m * a + g; w -= lr * a``), so a
+    learning-rate change takes effect at once; Keras's SGD folds it into the velocity.
+
+    Example::
+
+        opt = MomentumV1(0.1, momentum=0.9, nesterov=True)
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        lr = ops.cast(learning_rate, variable.dtype)
+        g = ops.cast(gradient, variable.dtype)
+        if self.momentum == 0:
+            self.assign_sub(variable, ops.multiply(g, lr))
+            return
+        acc = self.momentums[self._get_variable_index(variable)]
+        m = ops.cast(self.momentum, variable.dtype)
+        self.assign(acc, ops.add(ops.multiply(acc, m), g))
+        step = ops.add(g, ops.multiply(acc, m)) if self.nesterov else acc
+        self.assign_sub(variable, ops.multiply(step, lr))
+
+
+class RMSPropV1(keras.optimizers.RMSprop):
+    """``tf.compat.v1.train.RMSPropOptimizer``: Keras's RMSprop with the mean square started at 1.
+
+    Example::
+
+        opt = RMSPropV1(1e-3, rho=0.9, epsilon=1e-10)
+    """
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        for v in self._velocities:
+            if v is not None:
+                v.assign(ops.ones_like(v))
+
+
+def _tf1_optimizer_classes():
+    t = tf.compat.v1.train
+    return {
+        t.GradientDescentOptimizer: "GradientDescentOptimizer", t.MomentumOptimizer: "MomentumOptimizer",
+        t.AdamOptimizer: "AdamOptimizer", t.RMSPropOptimizer: "RMSPropOptimizer",
+        t.AdagradOptimizer: "AdagradOptimizer", t.AdadeltaOptimizer: "AdadeltaOptimizer",
+    }
+
+
+def _translate(opt, lr) -> keras.optimizers.Optimizer:
+    kind = _tf1_optimizer_classes().get(type(opt))
+    if kind is None:
+        raise TypeError(
+            f"optimizer() returned {type(opt).__module__}.{type(opt).__name__}, which kerastrainer "
+            "cannot translate (it translates tf.compat.v1.train's GradientDescent, Momentum, Adam, "
+            "RMSProp, Adagrad and Adadelta optimizers). Return a keras.optimizers optimizer instead.")
+    if getattr(opt, "_use_locking", False):
+        logger.warning("optimizer(): %s(use_locking=True) has no meaning in TF2 and is ignored.", kind)
+    a = vars(opt)
+    if kind == "GradientDescentOptimizer":
+        return keras.optimizers.SGD(lr), f"keras.optimizers.SGD"
+    if kind == "MomentumOptimizer":
+        return (MomentumV1(lr, momentum=float(a["_momentum"]), nesterov=bool(a["_use_nesterov"])),
+                f"kerastrainer.compat.MomentumV1(momentum={a['_momentum']}, nesterov={a['_use_nesterov']})")
+    if kind == "AdamOptimizer":
+        return (keras.optimizers.Adam(lr, beta_1=float(a["_beta1"]), beta_2=float(a["_beta2"]),
+                                      epsilon=float(a["_epsilon"])),
+                f"keras.optimizers.Adam(beta_1={a['_beta1']}, beta_2={a['_beta2']}, epsilon={a['_epsilon']})")
+    if kind == "RMSPropOptimizer":
+        return (RMSPropV1(lr, rho=float(a["_decay"]), momentum=float(a["_momentum"]),
+                          epsilon=float(a["_epsilon"]), centered=bool(a["_centered"])),
+                f"kerastrainer.compat.RMSPropV1(rho={a['_decay']}, momentum={a['_momentum']}, "
+                f"epsilon={a['_epsilon']}, centered={a['_centered']})")
+    if kind == "AdagradOptimizer":
+        # TF1 Adagrad has no epsilon: lr * g / sqrt(accumulator)
+        return (keras.optimizers.Adagrad(lr, initial_accumulator_value=float(a["_initial_accumulator_value"]),
+                                         epsilon=0.0),
+                f"keras.optimizers.Adagrad(initial_accumulator_value={a['_initial_accumulator_value']}, epsilon=0)")
+    return (keras.optimizers.Adadelta(lr, rho=float(a["_rho"]), epsilon=float(a["_epsilon"])),
+            f"keras.optimizers.Adadelta(rho={a['_rho']}, epsilon={a['_epsilon']})")
+
+
+def _tf1_learning_rate(opt):
+    for attr in ("_lr", "_learning_rate"):
+        if attr in vars(opt):
+            return vars(opt)[attr]
+    raise TypeError(f"Cannot find the learning rate of {type(opt).__name__}")
+
+
+def translate_optimizer(opt, lr_function: Optional[Callable] = None) -> keras.optimizers.Optimizer:
+    """The Keras 3 optimizer for a ``tf.compat.v1.train`` optimizer (a Keras one is returned as is).
+
+    ``lr_function``, when the TF1 learning rate was a graph tensor, evaluates it (see
+    :func:`call_optimizer`).
+    """
+    if isinstance(opt, keras.optimizers.Optimizer):
+        return opt
+    if not isinstance(opt, tf.compat.v1.train.Optimizer):
+        raise TypeError(f"optimizer() must return a Keras optimizer (or a tf.compat.v1.train optimizer); "
+                        f"got {type(opt).__name__}")
+    lr = _tf1_learning_rate(opt)
+    if isinstance(lr, tf.Variable):
+        var = lr
+        lr_arg, lr_desc = (lambda: var.read_value()), f"the variable '{var.name.split(':')[0]}'"
+    elif isinstance(lr, (int, float)) or (tf.is_tensor(lr) and hasattr(lr, "numpy")):
+        lr_arg, lr_desc = float(lr), f"{float(lr):g}"
+    elif lr_function is not None:
+        lr_arg, lr_desc = lr_function, f"the graph of '{lr.name.split(':')[0]}' (a function of the global step)"
+    elif callable(lr):  # an eager tfv1 schedule: functools.partial(schedule, global_step)
+        lr_arg, lr_desc = lr, "a TF1 learning-rate schedule of the global step"
+    else:
+        raise TypeError(f"Cannot translate the learning rate {lr!r} of {type(opt).__name__}.")
+    kopt, desc = _translate(opt, lr_arg)
+    _log_once(f"optimizer(): tf.compat.v1.train.{type(opt).__name__} translated to {desc} "
+              f"with learning rate {lr_desc}, same update rule.")
+    return kopt
+
+
+def call_optimizer(fn: Callable, store: LayerStore) -> keras.optimizers.Optimizer:
+    """Call ``ModelDesc.optimizer`` the way tensorpack did (graph mode) and translate the result.
+
+    Variables it creates are made eagerly, once: ``tfv1.get_variable`` ones in ``store``.
+    """
+    box = {}
+
+    def create_eagerly(next_creator, **kwargs):
+        with tf.init_scope():
+            return next_creator(**kwargs)
+
+    def trace():
+        with tf.variable_creator_scope(create_eagerly), tf1_variables_in_store(store):
+            opt = fn()
+        box["opt"] = opt
+        lr = _tf1_learning_rate(opt) if isinstance(opt, tf.compat.v1.train.Optimizer) else None
+        if tf.is_tensor(lr) and not isinstance(lr, tf.Variable) and not hasattr(lr, "numpy"):
+            box["graph_lr"] = True
+            return tf.cast(lr, tf.float32)
+        return tf.constant(0.0)
+
+    allow = store.allow_create
+    store.allow_create = True
+    try:
+        with active_store(store):
+            concrete = tf.function(trace, autograph=False).get_concrete_function()
+    finally:
+        store.allow_create = allow
+    opt = box["opt"]
+    if isinstance(opt, keras.optimizers.Optimizer):
+        return opt
+    return translate_optimizer(opt, (lambda: concrete()) if box.get("graph_lr") else None)

@@ -1,0 +1,40 @@
+"""``tfv1.get_variable`` in a tower function or ``optimizer()``: one variable per name, kept
+in the model's layer store, returned again by every later trace and every tower."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import tensorflow as tf
+
+from ..tfutils.layer_store import LayerStore
+
+__all__ = ["tf1_variables_in_store"]
+
+
+def _is_v1_call(kwargs) -> bool:
+    # tf.compat.v1.get_variable / VariableV1 pass TF1-only arguments; Keras and tf.Variable do not
+    return "collections" in kwargs or "use_resource" in kwargs
+
+
+@contextmanager
+def tf1_variables_in_store(store: LayerStore):
+    """Route ``tf.compat.v1`` variable creation to ``store`` (by the variable scope's name)."""
+
+    def creator(next_creator, **kwargs):
+        if not _is_v1_call(kwargs):
+            return next_creator(**kwargs)
+        name = (kwargs.get("name") or "Variable").split(":")[0]
+        var = store.raw_variables.get(name)
+        if var is not None:
+            return var
+        store._check_create(name)
+        if not kwargs.get("trainable", True) and kwargs.get("aggregation") in (
+                None, tf.VariableAggregation.NONE):
+            kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        with tf.init_scope():  # made once, outside any trace (like the store's own variables)
+            var = next_creator(**kwargs)
+        store.raw_variables[name] = var
+        return var
+
+    with tf.variable_creator_scope(creator):
+        yield

@@ -1,0 +1,38 @@
+"""Tiny datasets in the on-disk formats tensorpack's readers use (MNIST IDX, CIFAR pickles)."""
+import os
+import pickle
+import struct
+
+import numpy as np
+
+
+def write_mnist(root, n_train=256, n_test=256, seed=0):
+    """``root/mnist_data/{train,t10k}-{images-idx3,labels-idx1}-ubyte``: learnable digits-like data."""
+    rng = np.random.RandomState(seed)
+    d = os.path.join(root, "mnist_data")
+    os.makedirs(d, exist_ok=True)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = rng.randint(0, 10, size=n).astype(np.uint8)
+        images = rng.randint(0, 40, size=(n, 28, 28)).astype(np.uint8)
+        for i, c in enumerate(labels):  # a bright bar whose place says the class
+            images[i, 2 + 2 * c:4 + 2 * c, 4:24] = 255
+        with open(os.path.join(d, f"{prefix}-images-idx3-ubyte"), "wb") as f:
+            f.write(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+        with open(os.path.join(d, f"{prefix}-labels-idx1-ubyte"), "wb") as f:
+            f.write(struct.pack(">II", 2049, n) + labels.tobytes())
+    return d
+
+
+def write_cifar10(root, n_per_batch=64, seed=0):
+    """``root/cifar10_data/cifar-10-batches-py/`` with data_batch_1..5, test_batch, batches.meta."""
+    rng = np.random.RandomState(seed)
+    d = os.path.join(root, "cifar10_data", "cifar-10-batches-py")
+    os.makedirs(d, exist_ok=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        labels = rng.randint(0, 10, size=n_per_batch).tolist()
+        data = rng.randint(0, 256, size=(n_per_batch, 3 * 32 * 32)).astype(np.uint8)
+        with open(os.path.join(d, name), "wb") as f:
+            pickle.dump({b"data": data, b"labels": labels, b"batch_label": name.encode()}, f, protocol=2)
+    with open(os.path.join(d, "batches.meta"), "wb") as f:
+        pickle.dump({b"label_names": [f"class{i}".encode() for i in range(10)]}, f, protocol=2)
+    return d
