@@ -1,4 +1,5 @@
 """The example scripts run end to end (in subprocesses, as users run them)."""
+import glob
 import json
 import os
 import subprocess
@@ -7,6 +8,30 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "examples", "*", "*.py"))
+                 if "__main__" in open(p).read())
+# The flags every training example shares; the exceptions and why.
+COMMON_FLAGS = ["--batch", "--gpus", "--steps-per-epoch", "--epochs", "--logdir", "--fake"]
+NOT_APPLICABLE = {
+    "examples/mnist/mnist-multiworker.py": {"--gpus"},   # one process per device: kerastrainer-run -np N
+    "examples/lms/train-under-budget.py": set(COMMON_FLAGS),   # a memory demonstration, not a training recipe
+}
+
+# Runs a script's --help as `python script --help` does, then reports what was imported.
+HELP_WRAPPER = """
+import json, os, runpy, sys
+path = sys.argv[1]
+sys.argv = [path, '--help']
+sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+code = 0
+try:
+    runpy.run_path(path, run_name='__main__')
+except SystemExit as e:
+    code = e.code
+heavy = sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)
+sys.stdout.flush()
+print('@@RESULT@@' + json.dumps({'code': code, 'heavy': heavy}))
+"""
 
 
 def run_script(path, *args, timeout=600):
@@ -48,7 +73,34 @@ def test_mnist_convnet_fake_and_resume(tmp_path):
 @pytest.mark.slow
 def test_cifar10_resnet_two_towers_fake(tmp_path):
     logdir = str(tmp_path / "cifar")
-    run_script("examples/cifar/cifar10-resnet.py", "--fake", "--epochs", "1", "--steps", "3", "-n", "1",
+    run_script("examples/cifar/cifar10-resnet.py", "--fake", "--epochs", "1", "--steps-per-epoch", "3", "-n", "1",
                "--gpus", "2", "--logdir", logdir)
     stats = json.load(open(os.path.join(logdir, "stats.json")))
     assert stats[-1]["global_step"] == 3 and "validation_error" in stats[-1]
+
+
+def test_every_example_is_covered():
+    assert len(SCRIPTS) >= 9, SCRIPTS
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_answers_without_importing_tensorflow(script):
+    r = subprocess.run([sys.executable, "-c", HELP_WRAPPER, script], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert "@@RESULT@@" in r.stdout, r.stderr[-3000:]
+    text, result = r.stdout.split("@@RESULT@@")
+    result = json.loads(result)
+    assert result["code"] in (0, None), r.stderr[-3000:]
+    assert result["heavy"] == [], f"{script} --help imported {result['heavy']}: parse arguments first"
+    assert text.startswith("usage:")
+    missing = [f for f in COMMON_FLAGS if f not in text and f not in NOT_APPLICABLE.get(script, ())]
+    assert not missing, f"{script} lacks the common flags {missing}"
+
+
+def test_old_flag_names_are_aliases(tmp_path):
+    r = subprocess.run([sys.executable, "-c", HELP_WRAPPER, "examples/cifar/cifar10_cnn_mgpu.py"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert "--gpus GPUS, --mgpu GPUS" in r.stdout and "--batch BATCH, --batch-size BATCH" in r.stdout
+    r = subprocess.run([sys.executable, "-c", HELP_WRAPPER, "examples/cifar/cifar10-resnet.py"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert "--steps-per-epoch STEPS_PER_EPOCH, --steps STEPS_PER_EPOCH" in r.stdout

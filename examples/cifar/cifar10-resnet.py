@@ -4,10 +4,36 @@
 The DataFlow batch is per tower: with --gpus 2 each step takes 2 batches.
 
     python examples/cifar/cifar10-resnet.py --data ~/data/cifar10 --gpus 2 -n 5   # ResNet-32
-    python examples/cifar/cifar10-resnet.py --fake --epochs 1 --steps 20          # a smoke test
+    python examples/cifar/cifar10-resnet.py --fake          # random data: 2 epochs of 20 steps
 """
 import argparse
 import os
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", help="directory holding cifar-10-batches-py/")
+    parser.add_argument("--download", action="store_true")
+    parser.add_argument("--fake", action="store_true", help="random data: a short smoke test (2 epochs of 20 steps)")
+    parser.add_argument("--batch", type=int, default=128, help="batch per tower")
+    parser.add_argument("--gpus", type=int, default=1, help="number of towers")
+    parser.add_argument("--trainer", choices=["replicated", "ps"], default="replicated")
+    parser.add_argument("-n", "--num-units", type=int, default=5, help="units per stage; depth = 6n + 2")
+    parser.add_argument("--epochs", type=int, help="the last epoch (default 400; 2 with --fake)")
+    parser.add_argument("--steps-per-epoch", "--steps", dest="steps_per_epoch", type=int,
+                        help="default: one pass over the data (20 with --fake)")
+    parser.add_argument("--load", help="a checkpoint to start from")
+    parser.add_argument("--logdir", help="default: train_log/cifar10-resnet (train_log/cifar10-resnet-fake with --fake)")
+    args = parser.parse_args(argv)
+    if args.epochs is None:
+        args.epochs = 2 if args.fake else 400
+    if args.logdir is None:
+        args.logdir = "train_log/cifar10-resnet" + ("-fake" if args.fake else "")
+    return args
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before TensorFlow is imported: --help answers at once
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -24,9 +50,6 @@ from kerastrainer import (AugmentImageComponent, AutoResumeTrainConfig, AvgPooli
                           SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated, add_moving_summary,
                           argscope, dataset, imgaug, l2_regularizer, launch_train_with_config, logger,
                           regularize_cost)
-
-BATCH_SIZE = 128
-
 
 class Model(ModelDesc):
     def __init__(self, n):
@@ -89,32 +112,19 @@ def pad_and_crop(img, rng=np.random):
 def get_data(train_or_test, args):
     is_train = train_or_test == "train"
     if args.fake:
-        return FakeData([[BATCH_SIZE, 32, 32, 3], [BATCH_SIZE]], size=args.steps or 20,
+        return FakeData([[args.batch, 32, 32, 3], [args.batch]], size=(args.steps_per_epoch or 20) if is_train else 4,
                         dtype=["uint8", "int32"], domain=[(0, 255), (0, 10)])
     ds = dataset.Cifar10(train_or_test, dir=args.data, download=args.download)
     if is_train:
         ds = AugmentImageComponent(ds, [imgaug.Flip(horiz=True)])
         ds = MapDataComponent(ds, pad_and_crop, index=0)
-    ds = BatchData(ds, BATCH_SIZE, remainder=not is_train)
+    ds = BatchData(ds, args.batch, remainder=not is_train)
     if is_train:
         ds = MultiProcessRunnerZMQ(ds, num_proc=2)
     return ds
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", help="directory holding cifar-10-batches-py/")
-    parser.add_argument("--download", action="store_true")
-    parser.add_argument("--fake", action="store_true", help="random data")
-    parser.add_argument("--gpus", type=int, default=1, help="number of towers")
-    parser.add_argument("--trainer", choices=["replicated", "ps"], default="replicated")
-    parser.add_argument("-n", "--num-units", type=int, default=5, help="units per stage; depth = 6n + 2")
-    parser.add_argument("--epochs", type=int, default=400)
-    parser.add_argument("--steps", type=int, default=None, help="steps per epoch (default: one pass)")
-    parser.add_argument("--load", help="a checkpoint to start from")
-    parser.add_argument("--logdir", default="train_log/cifar10-resnet")
-    args = parser.parse_args()
-
+def main(args):
     ensure_tower_devices(args.gpus)  # logical CPU devices when there is no GPU
     logger.set_logger_dir(args.logdir, action="k")
     train, test = get_data("train", args), get_data("test", args)
@@ -126,7 +136,7 @@ def main():
             InferenceRunner(test, [ScalarStats("cost"), ClassificationError("wrong_vector")]),
             ScheduledHyperParamSetter("learning_rate", [(1, 0.1), (82, 0.01), (123, 0.001), (300, 0.0002)]),
         ],
-        steps_per_epoch=args.steps,
+        steps_per_epoch=args.steps_per_epoch,
         max_epoch=args.epochs,
         session_init=args.load,
     )
@@ -140,4 +150,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

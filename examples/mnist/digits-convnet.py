@@ -7,9 +7,30 @@ processes, QueueInput, validation with InferenceRunner, checkpoints with
 ModelSaver, TensorBoard events and stats.json in the log directory.
 
     python examples/mnist/digits-convnet.py [--epochs 12] [--logdir train_log/digits]
+    python examples/mnist/digits-convnet.py --fake      # random images: a 2-epoch smoke test
 """
 import argparse
 import os
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=32, help="batch per tower")
+    parser.add_argument("--gpus", type=int, default=1, help="number of towers (GPUs, or logical CPU devices)")
+    parser.add_argument("--epochs", type=int, help="the last epoch (default 12; 2 with --fake)")
+    parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over the training set")
+    parser.add_argument("--logdir", help="default: train_log/digits-convnet (train_log/digits-convnet-fake with --fake)")
+    parser.add_argument("--fake", action="store_true", help="random images instead of the digits: a smoke test")
+    args = parser.parse_args(argv)
+    if args.epochs is None:
+        args.epochs = 2 if args.fake else 12
+    if args.logdir is None:
+        args.logdir = "train_log/digits-convnet" + ("-fake" if args.fake else "")
+    return args
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before TensorFlow is imported: --help answers at once
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -20,8 +41,9 @@ import tensorflow as tf  # noqa: E402
 from kerastrainer import (BatchData, ClassificationError, Conv2D, DataFromList, FullyConnected,  # noqa: E402
                           GlobalAvgPooling, InferenceRunner, MapDataComponent, MaxPooling, ModelDesc,
                           ModelSaver, MultiProcessRunnerZMQ, ScalarStats, ScheduledHyperParamSetter,
-                          SimpleTrainer, TrainConfig, add_moving_summary, argscope, l2_regularizer,
-                          launch_train_with_config, logger, regularize_cost)
+                          SimpleTrainer, SyncMultiGPUTrainerReplicated, TrainConfig, add_moving_summary,
+                          argscope, l2_regularizer, launch_train_with_config, logger, regularize_cost)
+from kerastrainer.utils.devices import ensure_tower_devices  # noqa: E402
 
 IMAGE_SIZE = 8
 
@@ -63,11 +85,15 @@ def random_shift(img, rng=np.random):
     return np.roll(np.roll(img, dy, axis=0), dx, axis=1)
 
 
-def get_data(batch_size=32):
-    from sklearn.datasets import load_digits
-    digits = load_digits()
-    images = (digits.images / 16.0).astype("float32")[..., None]
-    labels = digits.target.astype("int32")
+def get_data(batch_size=32, fake=False):
+    if fake:
+        rng = np.random.RandomState(0)
+        images, labels = rng.rand(1797, 8, 8, 1).astype("float32"), rng.randint(0, 10, 1797).astype("int32")
+    else:
+        from sklearn.datasets import load_digits
+        digits = load_digits()
+        images = (digits.images / 16.0).astype("float32")[..., None]
+        labels = digits.target.astype("int32")
     order = np.random.RandomState(42).permutation(len(images))
     images, labels = images[order], labels[order]
     n_train = 1500
@@ -80,14 +106,10 @@ def get_data(batch_size=32):
     return train, test
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--logdir", default="train_log/digits-convnet")
-    args = parser.parse_args()
-
+def main(args):
+    ensure_tower_devices(args.gpus)  # logical CPU devices when there is no GPU
     logger.set_logger_dir(args.logdir, action="d")
-    train, test = get_data()
+    train, test = get_data(args.batch, fake=args.fake)
     config = TrainConfig(
         model=Model(),
         dataflow=train,
@@ -96,13 +118,14 @@ def main():
             InferenceRunner(test, [ScalarStats(["cross_entropy_loss"]), ClassificationError("incorrect_vector")]),
             ScheduledHyperParamSetter("learning_rate", [(1, 3e-3), (8, 1e-3), (11, 3e-4)]),
         ],
-        steps_per_epoch=len(train),
+        steps_per_epoch=args.steps_per_epoch or len(train) // args.gpus,
         max_epoch=args.epochs,
     )
-    trainer = launch_train_with_config(config, SimpleTrainer())
+    trainer = SimpleTrainer() if args.gpus <= 1 else SyncMultiGPUTrainerReplicated(args.gpus)
+    trainer = launch_train_with_config(config, trainer)
     error = trainer.monitors.get_latest("validation_error")
     logger.info("Validation accuracy after %d epochs: %.2f%%", args.epochs, 100 * (1 - error))
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

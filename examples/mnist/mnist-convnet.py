@@ -3,10 +3,32 @@
 
     python examples/mnist/mnist-convnet.py --data ~/data/mnist     # IDX files, .gz or not
     python examples/mnist/mnist-convnet.py --download              # fetch MNIST first
-    python examples/mnist/mnist-convnet.py --fake --epochs 1       # random data, a smoke test
+    python examples/mnist/mnist-convnet.py --fake                  # random data: 2 short epochs
 """
 import argparse
 import os
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", help="directory with the MNIST IDX files")
+    parser.add_argument("--download", action="store_true", help="download MNIST into --data first")
+    parser.add_argument("--fake", action="store_true", help="random data: a short smoke test (2 epochs of 20 steps)")
+    parser.add_argument("--batch", type=int, default=128, help="batch per tower")
+    parser.add_argument("--gpus", type=int, default=1, help="number of towers")
+    parser.add_argument("--epochs", type=int, help="the last epoch (default 10; 2 with --fake)")
+    parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over the data (20 with --fake)")
+    parser.add_argument("--logdir", help="default: train_log/mnist-convnet (train_log/mnist-convnet-fake with --fake)")
+    args = parser.parse_args(argv)
+    if args.epochs is None:
+        args.epochs = 2 if args.fake else 10
+    if args.logdir is None:
+        args.logdir = "train_log/mnist-convnet" + ("-fake" if args.fake else "")
+    return args
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before TensorFlow is imported: --help answers at once
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -60,26 +82,17 @@ class Model(ModelDesc):
 
 def get_data(args):
     if args.fake:
-        train = FakeData([[64, IMAGE_SIZE, IMAGE_SIZE], [64]], size=50, dtype=["float32", "int32"],
-                         domain=[(0, 1), (0, 10)])
+        train = FakeData([[args.batch, IMAGE_SIZE, IMAGE_SIZE], [args.batch]], size=args.steps_per_epoch or 20,
+                         dtype=["float32", "int32"], domain=[(0, 1), (0, 10)])
         test = FakeData([[64, IMAGE_SIZE, IMAGE_SIZE], [64]], size=5, dtype=["float32", "int32"],
                         domain=[(0, 1), (0, 10)])
         return train, test
-    train = BatchData(dataset.Mnist("train", dir=args.data, download=args.download), 128)
+    train = BatchData(dataset.Mnist("train", dir=args.data, download=args.download), args.batch)
     test = BatchData(dataset.Mnist("test", dir=args.data, download=args.download), 256, remainder=True)
     return train, test
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", help="directory with the MNIST IDX files")
-    parser.add_argument("--download", action="store_true", help="download MNIST into --data first")
-    parser.add_argument("--fake", action="store_true", help="random data")
-    parser.add_argument("--gpus", type=int, default=1, help="number of towers")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--logdir", default="train_log/mnist-convnet")
-    args = parser.parse_args()
-
+def main(args):
     ensure_tower_devices(args.gpus)  # logical CPU devices when there is no GPU
     logger.set_logger_dir(args.logdir, action="k")
     train, test = get_data(args)
@@ -92,6 +105,7 @@ def main():
                                    ClassificationError("incorrect_vector")]),
             ScheduledHyperParamSetter("learning_rate", [(1, 1e-3), (5, 3e-4), (8, 1e-4)]),
         ],
+        steps_per_epoch=args.steps_per_epoch,
         max_epoch=args.epochs,
     )
     trainer = SimpleTrainer() if args.gpus <= 1 else SyncMultiGPUTrainerReplicated(args.gpus)
@@ -99,4 +113,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -11,6 +11,25 @@ kerastrainer's, and writes a ``.keras`` file that ``keras.models.load_model`` re
 import argparse
 import os
 
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=1, help="replicas (GPUs, or logical CPU devices)")
+    parser.add_argument("--data", help="folder with the MNIST IDX files")
+    parser.add_argument("--fake", action="store_true", help="random data, a few steps")
+    parser.add_argument("--epochs", type=int, default=None, help="default 8; 2 with --fake")
+    parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over the training set")
+    parser.add_argument("--batch", type=int, default=128, help="global batch, split across replicas")
+    parser.add_argument("--logdir", default="train_log/mnist-keras-v2")
+    args = parser.parse_args(argv)
+    if not args.fake and not args.data:
+        parser.error("give --data DIR (MNIST IDX files) or --fake")
+    return args
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before TensorFlow is imported: --help answers at once
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
@@ -49,17 +68,7 @@ def get_arrays(args):
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpus", type=int, default=1, help="replicas (GPUs, or logical CPU devices)")
-    parser.add_argument("--data", help="folder with the MNIST IDX files")
-    parser.add_argument("--fake", action="store_true", help="random data, a few steps")
-    parser.add_argument("--epochs", type=int, default=None)
-    parser.add_argument("--batch", type=int, default=128, help="global batch, split across replicas")
-    parser.add_argument("--logdir", default="train_log/mnist-keras-v2")
-    args = parser.parse_args()
-    if not args.fake and not args.data:
-        parser.error("give --data DIR (MNIST IDX files) or --fake")
+def main(args):
     ensure_tower_devices(args.gpus)  # logical CPU devices when there is no GPU
     logger.set_logger_dir(args.logdir, action="d")
     train, test = get_arrays(args)
@@ -67,7 +76,8 @@ def main():
     km = KerasModel(get_model, input=train, trainer=trainer)
     km.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                metrics=["accuracy"])
-    history = km.fit(validation_data=test, batch_size=args.batch, max_epoch=args.epochs or (2 if args.fake else 8),
+    history = km.fit(validation_data=test, batch_size=args.batch, steps_per_epoch=args.steps_per_epoch,
+                     max_epoch=args.epochs or (2 if args.fake else 8),
                      callbacks=[ModelSaver(), keras.callbacks.ReduceLROnPlateau("val_loss", factor=0.3, patience=1),
                                 keras.callbacks.EarlyStopping("val_loss", patience=3)])
     path = os.path.join(args.logdir, "mnist.keras")
@@ -76,4 +86,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -11,6 +11,25 @@ BatchNormalization updates its statistics in training towers.
 import argparse
 import os
 
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=1, help="towers (GPUs, or logical CPU devices)")
+    parser.add_argument("--data", help="folder with the MNIST IDX files")
+    parser.add_argument("--fake", action="store_true", help="random data, a few steps")
+    parser.add_argument("--batch", type=int, default=64, help="batch per tower")
+    parser.add_argument("--epochs", type=int, default=None, help="default 10; 2 with --fake")
+    parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over the training set")
+    parser.add_argument("--logdir", default="train_log/mnist-keras")
+    args = parser.parse_args(argv)
+    if not args.fake and not args.data:
+        parser.error("give --data DIR (MNIST IDX files) or --fake")
+    return args
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before TensorFlow is imported: --help answers at once
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
@@ -68,28 +87,19 @@ def get_data(args, batch):
     return BatchData(train, batch), BatchData(test, 256, remainder=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpus", type=int, default=1, help="towers (GPUs, or logical CPU devices)")
-    parser.add_argument("--data", help="folder with the MNIST IDX files")
-    parser.add_argument("--fake", action="store_true", help="random data, a few steps")
-    parser.add_argument("--epochs", type=int, default=None)
-    parser.add_argument("--logdir", default="train_log/mnist-keras")
-    args = parser.parse_args()
-    if not args.fake and not args.data:
-        parser.error("give --data DIR (MNIST IDX files) or --fake")
+def main(args):
     ensure_tower_devices(args.gpus)  # logical CPU devices when there is no GPU
     logger.set_logger_dir(args.logdir, action="d")
-    train, test = get_data(args, batch=64)   # per tower: ModelDesc trainers take one batch per tower
+    train, test = get_data(args, batch=args.batch)   # per tower: ModelDesc trainers take one batch per tower
     trainer = SimpleTrainer() if args.gpus <= 1 else SyncMultiGPUTrainerReplicated(args.gpus)
     config = TrainConfig(
         model=Model(), dataflow=train,
         callbacks=[ModelSaver(),
                    InferenceRunner(test, [ScalarStats("cross_entropy_loss"), ClassificationError("incorrect_vector")])],
-        max_epoch=args.epochs or (2 if args.fake else 10))
+        steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs or (2 if args.fake else 10))
     trainer = launch_train_with_config(config, trainer)
     logger.info("Validation error: %.4f", trainer.monitors.get_latest("validation_error"))
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

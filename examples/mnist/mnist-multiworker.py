@@ -17,15 +17,20 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", help="directory with the MNIST IDX files")
-    parser.add_argument("--fake", action="store_true", help="random data (no files needed)")
+    parser.add_argument("--fake", action="store_true", help="random data (no files needed): 2 short epochs")
     parser.add_argument("--batch", type=int, default=64, help="images per worker per step")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--logdir", default="train_log/mnist-multiworker")
+    parser.add_argument("--epochs", type=int, default=None, help="the last epoch (default 5; 2 with --fake)")
+    parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over this worker's shard")
+    parser.add_argument("--logdir", help="default: train_log/mnist-multiworker (-fake appended with --fake)")
     parser.add_argument("--communication", default="auto", choices=["auto", "ring", "nccl"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.epochs is None:
+        args.epochs = 2 if args.fake else 5
+    if args.logdir is None:
+        args.logdir = "train_log/mnist-multiworker" + ("-fake" if args.fake else "")
     if not args.fake and not args.data:
         parser.error("give --data DIR (the MNIST IDX files) or --fake")
     return args
@@ -74,7 +79,7 @@ def main():
     set_logger_dir_on_chief(args.logdir, action="k")
 
     if args.fake:
-        train = FakeData([[args.batch, 28, 28], [args.batch]], size=100, dtype=["float32", "int32"],
+        train = FakeData([[args.batch, 28, 28], [args.batch]], size=args.steps_per_epoch or 30, dtype=["float32", "int32"],
                          domain=[(0, 1), (0, 10)])
         test = FakeData([[256, 28, 28], [256]], size=4, dtype=["float32", "int32"], domain=[(0, 1), (0, 10)])
     else:
@@ -94,6 +99,7 @@ def main():
             InferenceRunner(test, [ScalarStats(["cross_entropy_loss"]), ClassificationError("incorrect_vector")]),
             ScheduledHyperParamSetter("learning_rate", [(1, 1e-3), (3, 3e-4), (5, 1e-4)]),  # every worker
         ],
+        steps_per_epoch=args.steps_per_epoch,
         max_epoch=args.epochs,
     )
     launch_train_with_config(config, trainer)
