@@ -15,7 +15,7 @@ import importlib
 __all__ = []
 
 for _m in ("transform", "base", "compose", "resize", "crop", "flip", "color", "lighting",
-           "convert", "jitter", "presets"):
+           "convert", "jitter", "presets", "fused_decode"):
     _mod = importlib.import_module(f"{__name__}.{_m}")
     for _n in _mod.__all__:
         globals()[_n] = getattr(_mod, _n)

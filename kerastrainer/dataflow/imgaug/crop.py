@@ -18,6 +18,32 @@ def _check_fits(img, crop_h: int, crop_w: int, who: str) -> None:
                          "Resize first (e.g. ResizeShortestEdge) or use a smaller crop.")
 
 
+def sample_crop_box(h: int, w: int, area_fraction: Tuple[float, float], aspect_ratio_range: Tuple[float, float],
+                    rng, attempts: int = 10) -> Optional[Tuple[int, int, int, int]]:
+    """The Inception-style random window ``(y0, x0, hh, ww)`` of an ``h x w`` image, or None.
+
+    The area is a uniform fraction of the image's, the aspect ratio log-uniform (so r
+    and 1/r are equally likely), width and height swapped with probability 1/2; a draw
+    that does not fit is retried, up to ``attempts`` times. Shared by
+    :class:`GoogleNetRandomCropAndResize` and the fused decoder, so both draw the same
+    windows from the same random numbers.
+    """
+    area = h * w
+    log_lo, log_hi = (math.log(r) for r in aspect_ratio_range)
+    for _ in range(attempts):
+        target_area = rng.uniform(*area_fraction) * area
+        ratio = math.exp(rng.uniform(log_lo, log_hi))
+        ww = int(round(math.sqrt(target_area * ratio)))
+        hh = int(round(math.sqrt(target_area / ratio)))
+        if rng.uniform() < 0.5:
+            ww, hh = hh, ww
+        if 0 < hh <= h and 0 < ww <= w:
+            y0 = rng.randint(0, h - hh + 1)
+            x0 = rng.randint(0, w - ww + 1)
+            return y0, x0, hh, ww
+    return None
+
+
 class RandomCrop(ImageAugmentor):
     """Crop a window of ``crop_shape`` at a uniformly random position.
 
@@ -88,26 +114,26 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
         self.target_shape = parse_shape(target_shape, "GoogleNetRandomCropAndResize", "target_shape")
         self.interp = interp
 
+    def draw_box(self, h: int, w: int) -> Optional[Tuple[int, int, int, int]]:
+        """Draw the crop window ``(y0, x0, hh, ww)`` for an ``h x w`` image, or None when
+        10 draws all failed (then the shortest-edge fallback applies)."""
+        return sample_crop_box(h, w, self.crop_area_fraction, self.aspect_ratio_range, self.rng)
+
+    def fallback_size(self, h: int, w: int) -> Tuple[int, int]:
+        """The size the whole image is resized to before the central crop, when no box was found."""
+        th, tw = self.target_shape
+        scale = max(th / h, tw / w)
+        return max(th, int(h * scale + 0.5)), max(tw, int(w * scale + 0.5))
+
     def get_transform(self, img):
         h, w = img.shape[:2]
         th, tw = self.target_shape
-        area = h * w
-        # Sample the aspect ratio log-uniformly so that r and 1/r are equally likely.
-        log_lo, log_hi = (math.log(r) for r in self.aspect_ratio_range)
-        for _ in range(10):
-            target_area = self.rng.uniform(*self.crop_area_fraction) * area
-            ratio = math.exp(self.rng.uniform(log_lo, log_hi))
-            ww = int(round(math.sqrt(target_area * ratio)))
-            hh = int(round(math.sqrt(target_area / ratio)))
-            if self.rng.uniform() < 0.5:
-                ww, hh = hh, ww
-            if 0 < hh <= h and 0 < ww <= w:
-                y0 = self.rng.randint(0, h - hh + 1)
-                x0 = self.rng.randint(0, w - ww + 1)
-                return TransformList([CropTransform(y0, x0, hh, ww),
-                                      ResizeTransform(hh, ww, th, tw, self.interp)])
+        box = self.draw_box(h, w)
+        if box is not None:
+            y0, x0, hh, ww = box
+            return TransformList([CropTransform(y0, x0, hh, ww),
+                                  ResizeTransform(hh, ww, th, tw, self.interp)])
         # Fallback: resize the shorter side to the target, then take the centre.
-        scale = max(th / h, tw / w)
-        nh, nw = max(th, int(h * scale + 0.5)), max(tw, int(w * scale + 0.5))
+        nh, nw = self.fallback_size(h, w)
         return TransformList([ResizeTransform(h, w, nh, nw, self.interp),
                               CropTransform((nh - th) // 2, (nw - tw) // 2, th, tw)])
