@@ -33,7 +33,8 @@ class Callbacks(Callback):
     """A group of callbacks run in order; a callback itself.
 
     Args:
-        cbs: the callbacks. Each hook runs in list order.
+        cbs: the callbacks. Each hook runs in list order, except that callbacks with
+            ``_runs_first = True`` (the NaN guard) go before all others.
 
     If a member raises :class:`StopTraining`, the remaining members of that hook
     still run (so that monitors still write the epoch's statistics) and the
@@ -53,6 +54,9 @@ class Callbacks(Callback):
                 raise TypeError(
                     f"Callbacks: item {i} ({cb!r}, of type {type(cb).__name__}) is not a Callback; "
                     "wrap plain functions in CallbackFactory(...).")
+        # a callback that must judge a step before the others act on it (the NaN guard, before a
+        # ModelSaver of the same step) says so with `_runs_first`; the order is otherwise kept
+        cbs.sort(key=lambda cb: not getattr(cb, "_runs_first", False))
         self.cbs: List[Callback] = cbs
         self._epoch_times: Dict[int, float] = defaultdict(float)
 

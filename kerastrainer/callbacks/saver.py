@@ -15,12 +15,17 @@ pointer file (temp file, fsync, ``os.replace``). A crash at any point leaves the
 pointer on a complete checkpoint. ``tf.train.latest_checkpoint(dir)`` understands
 the pointer too; :func:`latest_checkpoint` also recovers when the pointer is missing.
 
+Variables are saved under their scoped names (``conv0/W``; see
+:mod:`kerastrainer.tfutils.varmanip`), so ``tf.train.list_variables(path)`` lists
+them and loading matches names. Weights holding NaN or Inf are never saved: the
+previous checkpoint stays the latest.
+
 Example::
 
     callbacks = [ModelSaver(max_to_keep=5), MinSaver('validation_error')]
     ...
-    ckpt = tf.train.Checkpoint(model=..., optimizer=...)
-    ckpt.restore(latest_checkpoint('train_log/mnist')).expect_partial()
+    SmartInit(latest_checkpoint('train_log/mnist')).init(trainer)
+    tf.train.list_variables(latest_checkpoint('train_log/mnist'))   # [('conv0/W', [3, 3, 1, 32]), ...]
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from typing import List, Optional, Tuple
 
 from ..tfutils.checkpoint_files import (CHECKPOINT_PREFIX, POINTER_FILE as _POINTER, checkpoint_exists as _exists,
                                        latest_checkpoint, read_pointer as _read_pointer)
+from ..tfutils.varmanip import FORMAT_KEY, NonFiniteWeightsError, nonfinite_names, write_checkpoint
 from ..utils import logger
 from .base import Callback
 from .fileio import atomic_write_text
@@ -65,8 +71,9 @@ def _verify(prefix: str) -> None:
     import tensorflow as tf
     reader = tf.train.load_checkpoint(prefix)
     names = reader.get_variable_to_shape_map()
-    if "_CHECKPOINTABLE_OBJECT_GRAPH" in names:
-        reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH")  # reads from the data file
+    for key in (FORMAT_KEY, "_CHECKPOINTABLE_OBJECT_GRAPH"):
+        if key in names:
+            reader.get_tensor(key)  # reads from the data file
 
 
 def _remove_prefix(prefix: str) -> None:
@@ -184,8 +191,23 @@ class ModelSaver(Callback):
                 var.assign(val)
 
     def _write(self, prefix: str) -> None:
-        """Write the checkpoint files at ``prefix`` (a separate method so tests can break it)."""
-        self.trainer.checkpoint.write(prefix)
+        """Write the checkpoint files at ``prefix`` (a separate method so tests can break it).
+
+        Variables are saved by name (:mod:`~kerastrainer.tfutils.varmanip`) when the
+        trainer names them; a trainer that only has a ``tf.train.Checkpoint`` gets it
+        written as it is. Non-finite weights raise ``NonFiniteWeightsError``.
+        """
+        tr = self.trainer
+        if callable(getattr(tr, "named_variables", None)):
+            write_checkpoint(tr, prefix)
+            return
+        variables = {v.name: v for v in tr.checkpoint.model.trainable_variables} \
+            if hasattr(getattr(tr.checkpoint, "model", None), "trainable_variables") else {}
+        bad = nonfinite_names(variables)
+        if bad:
+            raise NonFiniteWeightsError(f"{len(bad)} variable(s) hold NaN or Inf: {', '.join(bad)}. The "
+                                        "model diverged; nothing was saved.")
+        tr.checkpoint.write(prefix)
 
     def _save_as_non_chief(self) -> None:
         import tensorflow as tf
@@ -199,9 +221,19 @@ class ModelSaver(Callback):
             shutil.rmtree(tmp, ignore_errors=True)
 
     def save(self) -> Optional[str]:
-        """Save now; returns the new checkpoint's path prefix (None on a non-chief worker)."""
+        """Save now; returns the new checkpoint's path prefix (None on a non-chief worker).
+
+        Raises ``NonFiniteWeightsError`` and keeps the previous latest checkpoint when
+        the last train call's cost or any weight is NaN or Inf.
+        """
         self._sync_counters()
         gs = int(self.global_step)
+        if not _last_call_finite(self.trainer):
+            bad = int((getattr(self.trainer, "last_step_outputs", None) or {}).get("_nonfinite_step", -1))
+            raise NonFiniteWeightsError(
+                f"ModelSaver: not saving at global step {gs}: the cost was NaN or Inf"
+                + (f" at step {bad}" if bad >= 0 else "") + "; the latest checkpoint stays "
+                f"{latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None}.")
         if not self._is_writer():
             self._save_as_non_chief()
             self._last_saved_step = gs  # the same decisions as the chief at after_train
@@ -212,7 +244,11 @@ class ModelSaver(Callback):
         t0 = time.perf_counter()
         try:
             tmp_prefix = os.path.join(tmpdir, "ckpt")
-            self._write(tmp_prefix)
+            try:
+                self._write(tmp_prefix)
+            except NonFiniteWeightsError as e:
+                raise NonFiniteWeightsError(f"ModelSaver: not saving at global step {gs}: {e} The latest "
+                                            f"checkpoint stays {latest_checkpoint(self.checkpoint_dir)}.") from None
             _publish_files(tmp_prefix, final)
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -250,7 +286,10 @@ class ModelSaver(Callback):
             logger.warn("ModelSaver: not saving at the end of training: the last train call's cost "
                         "was not finite.")
             return
-        self.save()
+        try:
+            self.save()
+        except NonFiniteWeightsError as e:
+            logger.error("%s", e)
 
     @property
     def kept_checkpoints(self) -> List[str]:

@@ -101,6 +101,7 @@ class TerminateOnNonFinite(Callback):
     """
 
     _chief_only = False
+    _runs_first = True  # before a ModelSaver triggered at the same step
 
     def _trigger_step(self):
         outputs = getattr(self.trainer, "last_step_outputs", None) or {}

@@ -17,7 +17,8 @@ from typing import List, Optional
 
 from ..utils import logger
 
-__all__ = ["CHECKPOINT_PREFIX", "POINTER_FILE", "latest_checkpoint", "read_pointer", "checkpoint_exists"]
+__all__ = ["CHECKPOINT_PREFIX", "POINTER_FILE", "latest_checkpoint", "read_pointer", "checkpoint_exists",
+           "list_checkpoints"]
 
 CHECKPOINT_PREFIX = "checkpoint"
 POINTER_FILE = "checkpoint"
@@ -50,11 +51,32 @@ def _scan_steps(directory: str) -> List[int]:
     return sorted(steps)
 
 
+def _pointed(directory: str, warn: bool = True) -> Optional[str]:
+    """The checkpoint the pointer names, when it exists (``directory`` absolute)."""
+    state = read_pointer(directory)
+    if state is None or not state.model_checkpoint_path:
+        return None
+    # TF joins a relative path in the pointer with the directory already
+    path = state.model_checkpoint_path
+    if not os.path.isabs(path):
+        path = os.path.join(directory, path)
+    if checkpoint_exists(path):
+        return path
+    moved = os.path.join(directory, os.path.basename(path))  # a log dir that was moved or copied
+    if checkpoint_exists(moved):
+        return moved
+    if warn:
+        logger.warn("The checkpoint pointer in %s names %s, which does not exist; using the newest "
+                    "checkpoint file instead.", directory, path)
+    return None
+
+
 def latest_checkpoint(directory: Optional[str] = None) -> Optional[str]:
     """The path prefix of the newest complete checkpoint in ``directory``, or None.
 
     ``directory`` defaults to the log directory. The pointer file is trusted when the
     checkpoint it names exists; otherwise the highest ``checkpoint-<step>`` is used.
+    The path is absolute.
 
     Example::
 
@@ -63,15 +85,33 @@ def latest_checkpoint(directory: Optional[str] = None) -> Optional[str]:
     directory = directory or logger.get_logger_dir()
     if directory is None or not os.path.isdir(directory):
         return None
-    state = read_pointer(directory)
-    if state is not None and state.model_checkpoint_path:
-        path = state.model_checkpoint_path
-        if not os.path.isabs(path):
-            path = os.path.join(directory, path)
-        if checkpoint_exists(path):
-            return path
-        logger.warn("The checkpoint pointer in %s names %s, which does not exist.", directory, path)
+    directory = os.path.abspath(directory)
+    path = _pointed(directory)
+    if path is not None:
+        return path
     steps = _scan_steps(directory)
     if not steps:
         return None
     return os.path.join(directory, f"{CHECKPOINT_PREFIX}-{steps[-1]}")
+
+
+def list_checkpoints(directory: str) -> List[str]:
+    """Every complete checkpoint of ``directory``, the one to try first first: the pointer's,
+    then ``checkpoint-<step>`` from the highest step down. Absolute path prefixes.
+
+    Example::
+
+        for prefix in list_checkpoints('train_log/mnist'): ...
+    """
+    if not os.path.isdir(directory):
+        return []
+    directory = os.path.abspath(directory)
+    out = []
+    first = _pointed(directory)
+    if first is not None:
+        out.append(first)
+    for step in reversed(_scan_steps(directory)):
+        p = os.path.join(directory, f"{CHECKPOINT_PREFIX}-{step}")
+        if p not in out:
+            out.append(p)
+    return out

@@ -19,14 +19,13 @@ import numpy as np
 import tensorflow as tf
 
 from ..utils import logger
-from .checkpoint_files import latest_checkpoint
+from .checkpoint_files import latest_checkpoint, list_checkpoints
+from .varmanip import (CheckpointLoadError, assign_by_name, counter_of, is_named_format, load_chkpt_vars,
+                       nonfinite_names)
 
 __all__ = ["SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore",
-           "NpzInit", "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError"]
-
-
-class CheckpointLoadError(RuntimeError):
-    """A checkpoint or weight file cannot be loaded into the model."""
+           "NpzInit", "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError",
+           "find_resumable_checkpoint"]
 
 
 class SessionInit:
@@ -62,20 +61,53 @@ def get_checkpoint_path(path: str) -> str:
 
 
 class CheckpointInit(SessionInit):
-    """Restore a ``tf.train.Checkpoint`` written by ``ModelSaver``.
+    """Restore a checkpoint written by ``ModelSaver``, matching variables by name.
+
+    Every missing, unexpected and shape-mismatched variable is reported in one
+    message: mismatched shapes are a :class:`CheckpointLoadError`, the others a
+    warning (an error with ``strict``). A damaged file is a ``CheckpointLoadError``
+    naming it. Checkpoints of the earlier creation-order format still load (through
+    the target's ``tf.train.Checkpoint``), with a warning.
 
     Args:
         path: a checkpoint prefix or a directory (its latest checkpoint).
-        model_only: restore only the model's variables, not the optimizer or counters.
+        model_only: restore only the model's variables, not the optimizer or counters
+            (always so for a target without an optimizer, e.g. a predictor).
+        strict: missing or unexpected model variables are an error (auto-resume).
+
+    Example::
+
+        SaverRestore('train_log/mnist/checkpoint-1200', model_only=True)
     """
 
-    def __init__(self, path: str, model_only: bool = False):
+    def __init__(self, path: str, model_only: bool = False, strict: bool = False,
+                 _arrays: Optional[Dict[str, np.ndarray]] = None):
         self.path = get_checkpoint_path(path)
         self.model_only = model_only
+        self.strict = strict
+        self._arrays = _arrays
 
     def _init(self, target):
+        arrays, self._arrays = self._arrays, None  # (read ahead by auto-resume; freed once used)
+        if arrays is None:
+            arrays = load_chkpt_vars(self.path)
+        model_only = self.model_only or getattr(target, "optimizer", None) is None
+        if not is_named_format(arrays):
+            self._init_creation_order(target, model_only)
+            return
+        bad = nonfinite_names({k: v for k, v in arrays.items() if isinstance(v, np.ndarray)})
+        if bad:
+            logger.warning("Checkpoint '%s' holds NaN or Inf in: %s", self.path, ", ".join(bad))
+        n = assign_by_name(target, arrays, self.path, model_only=model_only, strict=self.strict)
+        logger.info("Restored %d variables from checkpoint %s", n, self.path)
+
+    def _init_creation_order(self, target, model_only: bool):
+        logger.warning(
+            "Checkpoint '%s' is in the earlier creation-order format: its variables are matched by the "
+            "order the model creates them, not by name. To convert it, load it into the model that wrote "
+            "it and save again (a ModelSaver writes checkpoints by name).", self.path)
         ckpt = target.checkpoint
-        if self.model_only:
+        if model_only:
             ckpt = tf.train.Checkpoint(model=target.checkpoint.model)
         try:
             status = ckpt.read(self.path)
@@ -172,6 +204,55 @@ def SmartInit(obj, *, ignore_mismatch: bool = False) -> SessionInit:  # noqa: N8
 def read_checkpoint_counter(path: str, name: str) -> Optional[int]:
     """The value of a scalar counter (``'global_step'``, ``'epoch'``) saved in a checkpoint."""
     try:
-        return int(tf.train.load_variable(get_checkpoint_path(path), f"{name}/.ATTRIBUTES/VARIABLE_VALUE"))
-    except (tf.errors.NotFoundError, ValueError, FileNotFoundError):
-        return None
+        prefix = get_checkpoint_path(path)
+        for key in (name, f"{name}/.ATTRIBUTES/VARIABLE_VALUE"):
+            try:
+                return int(tf.train.load_variable(prefix, key))
+            except (tf.errors.NotFoundError, ValueError):
+                continue
+    except (tf.errors.OpError, ValueError, FileNotFoundError):
+        pass
+    return None
+
+
+def find_resumable_checkpoint(directory: str) -> Optional[CheckpointInit]:
+    """The newest checkpoint of ``directory`` that reads back whole and holds only finite values.
+
+    Damaged or non-finite checkpoints are skipped, each named in a warning, and the
+    one used instead is said. The returned :class:`CheckpointInit` is ``strict``
+    (a resumed run must be the same model) and holds the values already read.
+    Returns None when the directory has no checkpoint; raises
+    :class:`CheckpointLoadError` when it has some but none is usable.
+
+    Example::
+
+        init = find_resumable_checkpoint('train_log/mnist')
+    """
+    candidates = list_checkpoints(directory)
+    rejected = []
+    for prefix in candidates:
+        try:
+            arrays = load_chkpt_vars(prefix)
+        except CheckpointLoadError as e:
+            logger.warning("Auto-resume: skipping %s: %s", os.path.basename(prefix), e)
+            rejected.append(prefix)
+            continue
+        bad = nonfinite_names(arrays)
+        if bad:
+            logger.warning("Auto-resume: skipping %s: it holds NaN or Inf (%s).", os.path.basename(prefix),
+                           ", ".join(bad[:10]) + (" ..." if len(bad) > 10 else ""))
+            rejected.append(prefix)
+            continue
+        if rejected:
+            logger.warning("Auto-resume: using %s instead of %s.", os.path.basename(prefix),
+                           ", ".join(os.path.basename(p) for p in rejected))
+        init = CheckpointInit(prefix, strict=True, _arrays=arrays)
+        init.global_step = counter_of(arrays, "global_step")
+        init.epoch = counter_of(arrays, "epoch")
+        return init
+    if rejected:
+        raise CheckpointLoadError(
+            f"Auto-resume: no usable checkpoint in {directory}: every one is damaged or holds NaN/Inf "
+            f"({', '.join(os.path.basename(p) for p in rejected)}). Start in a new log directory, or "
+            "remove those files.")
+    return None

@@ -1,12 +1,13 @@
 """TrainConfig and AutoResumeTrainConfig: everything a training run needs, in one object."""
 from __future__ import annotations
 
+import os
 from typing import List, Optional, Sequence
 
 from ..callbacks.base import Callback
 from ..dataflow.base import check_dataflow
 from ..input_source.base import InputSource
-from ..tfutils.sessinit import SmartInit, read_checkpoint_counter
+from ..tfutils.sessinit import SmartInit
 from ..utils import logger
 
 __all__ = ["TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS", "DEFAULT_MONITORS"]
@@ -89,6 +90,11 @@ class AutoResumeTrainConfig(TrainConfig):
     pick up where they were. ``session_init`` and ``starting_epoch`` given by the user
     apply only when there is nothing to resume.
 
+    The checkpoint used is the newest that reads back whole and holds only finite
+    values (damaged or NaN ones are skipped, with a warning naming them); it must
+    hold exactly the model's variables. When its epoch is already ``max_epoch``,
+    nothing is trained and a warning says so.
+
     Example::
 
         logger.set_logger_dir('train_log/run1', action='k')
@@ -103,17 +109,25 @@ class AutoResumeTrainConfig(TrainConfig):
         if logdir is None:
             logger.warning("AutoResumeTrainConfig: no log directory is set, so there is nothing to resume.")
             return
-        from ..tfutils.sessinit import CheckpointInit
-        try:
-            init = CheckpointInit(logdir)
-        except FileNotFoundError:
+        from ..tfutils.sessinit import find_resumable_checkpoint
+        init = find_resumable_checkpoint(logdir)
+        if init is None:
+            logger.info("AutoResumeTrainConfig: no checkpoint in %s; training starts afresh.", logdir)
             return
-        epoch = read_checkpoint_counter(init.path, "epoch")
-        logger.info("Found checkpoint %s (epoch %s): training resumes from it.", init.path, epoch)
+        epoch, step = init.epoch, init.global_step
         self.session_init = init
         if epoch is not None:
             self.starting_epoch = epoch + 1
         self.resumed_from = init.path
+        if epoch is not None and epoch >= self.max_epoch:
+            self.nothing_to_train = (
+                f"Auto-resume: nothing to train: finished at epoch {epoch} (checkpoint {init.path}, "
+                f"global step {step}); use a new log dir or a larger max_epoch (now {self.max_epoch}).")
+            logger.warning("%s", self.nothing_to_train)
+        else:
+            logger.info("Auto-resume: resuming %s from %s: global step %s, epoch %s done; training "
+                        "continues at epoch %d.", logdir, os.path.basename(init.path), step, epoch,
+                        self.starting_epoch)
 
 
 def resolve_steps_per_epoch(config: TrainConfig, source: InputSource, num_towers: int) -> int:

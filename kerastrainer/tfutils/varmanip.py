@@ -1,0 +1,328 @@
+"""Checkpoints keyed by variable name: write them, read them, match them to a model.
+
+A checkpoint written here is a TF V2 bundle (``.index`` + ``.data-*``) whose keys are
+the variables' scoped names, as in tensorpack, so ``tf.train.list_variables(path)``
+shows them as they are::
+
+    conv0/W, conv0/b, bn1/gamma, ...           the model (``named_variables()``)
+    optimizer/conv0/W/momentums, ...           optimizer slots, keyed by their variable
+    optimizer/iterations, optimizer/learning_rate
+    global_step, epoch                         the trainer's counters
+    _kerastrainer/format                       b'named-v1'
+
+Loading matches names, never creation order: a model whose layers are created in
+another order loads correctly, and every missing, unexpected and mismatched name
+is reported at once (mismatched shapes are an error; missing and unexpected names
+are warnings, as in tensorpack's ``SaverRestore``).
+
+Checkpoints of the earlier, creation-order format (a ``tf.train.Checkpoint`` object
+graph) are still read through the model's ``tf.train.Checkpoint``.
+
+Example::
+
+    write_checkpoint(trainer, 'train_log/run/checkpoint-100')
+    arrays = load_chkpt_vars('train_log/run/checkpoint-100')   # {'conv0/W': ndarray, ...}
+    assign_by_name(predictor_target, arrays, source='checkpoint-100', model_only=True)
+"""
+from __future__ import annotations
+
+import glob
+import os
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from ..utils import logger
+
+__all__ = ["CheckpointLoadError", "NonFiniteWeightsError", "FORMAT_KEY", "FORMAT_NAMED",
+           "checkpoint_variables", "write_checkpoint", "load_chkpt_vars", "is_named_format",
+           "nonfinite_names", "assign_by_name", "match_report"]
+
+FORMAT_KEY = "_kerastrainer/format"
+FORMAT_NAMED = b"named-v1"
+OPTIMIZER_PREFIX = "optimizer/"
+COUNTERS = ("global_step", "epoch")
+_OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+
+
+class CheckpointLoadError(RuntimeError):
+    """A checkpoint or weight file cannot be loaded into the model."""
+
+
+class NonFiniteWeightsError(ValueError):
+    """Weights to be saved (or found in a checkpoint) hold NaN or Inf."""
+
+
+def _vid(v) -> int:
+    """Identity of a variable through Keras' wrapper (the wrapped ``tf.Variable`` may be swapped)."""
+    return id(v)
+
+
+def _is_variable(v) -> bool:
+    return isinstance(v, tf.Variable) or (hasattr(v, "assign") and hasattr(v, "shape") and hasattr(v, "dtype"))
+
+
+def _optimizer_chain(opt) -> list:
+    chain = []
+    while opt is not None and all(opt is not o for o in chain):
+        chain.append(opt)
+        opt = getattr(opt, "inner_optimizer", None)
+    return chain
+
+
+def _short_name(v) -> str:
+    return str(getattr(v, "name", "var")).split(":")[0].split("/")[-1]
+
+
+def _optimizer_variables(opt, name_of: Dict[int, str]) -> Dict[str, object]:
+    """``{'optimizer/<var name>/<slot>': slot, 'optimizer/iterations': ...}`` of a Keras optimizer.
+
+    A slot list is an attribute holding one variable per trainable variable (Keras'
+    ``_momentums``, ``_velocities``...); its entries are keyed by the name of the
+    variable they belong to, so they follow it whatever the creation order.
+    """
+    out: Dict[str, object] = {}
+    claimed = set()
+    chain = _optimizer_chain(opt)
+    for depth in reversed(range(len(chain))):  # innermost first: a wrapper also lists its inner variables
+        o = chain[depth]
+        prefix = OPTIMIZER_PREFIX + "inner/" * depth
+        tvars = list(getattr(o, "_trainable_variables", None) or [])
+        tids = {_vid(v) for v in tvars}
+        if tvars:
+            for attr in sorted(vars(o)):
+                val = getattr(o, attr, None)
+                if attr == "_trainable_variables" or not isinstance(val, (list, tuple)) or len(val) != len(tvars):
+                    continue
+                if not any(v is not None for v in val) or \
+                        not all(v is None or (_is_variable(v) and _vid(v) not in tids) for v in val):
+                    continue
+                slot = attr.lstrip("_")
+                for i, (ref, sv) in enumerate(zip(tvars, val)):
+                    if sv is None or _vid(sv) in claimed:
+                        continue
+                    ref_name = name_of.get(_vid(ref), f"_unnamed_{i}")
+                    out[f"{prefix}{ref_name}/{slot}"] = sv
+                    claimed.add(_vid(sv))
+        for v in list(getattr(o, "variables", None) or []):
+            if _vid(v) in claimed or _vid(v) in tids:
+                continue
+            key = prefix + _short_name(v)
+            n = 1
+            while key in out:
+                n += 1
+                key = f"{prefix}{_short_name(v)}_{n}"
+            out[key] = v
+            claimed.add(_vid(v))
+    return out
+
+
+def _counter_vars(target) -> Dict[str, object]:
+    ckpt = getattr(target, "checkpoint", None)
+    out = {}
+    for name in COUNTERS:
+        v = getattr(target, f"{name}_var", None)
+        if v is None and ckpt is not None:
+            v = getattr(ckpt, name, None)
+        if v is not None and _is_variable(v):
+            out[name] = v
+    return out
+
+
+def checkpoint_variables(target, model_only: bool = False) -> Dict[str, object]:
+    """Every variable a checkpoint of ``target`` holds, by name (see the module doc).
+
+    ``target`` has ``named_variables()`` (a trainer or a predictor), and may have
+    ``optimizer``, ``global_step_var`` and ``epoch_var``.
+    """
+    model = dict(target.named_variables())
+    out = dict(model)
+    if model_only:
+        return out
+    name_of = {}
+    for name, v in model.items():
+        name_of.setdefault(_vid(v), name)
+    extra = dict(_counter_vars(target))
+    opt = getattr(target, "optimizer", None)
+    if opt is not None:
+        extra.update(_optimizer_variables(opt, name_of))
+    clash = sorted(set(out) & set(extra))
+    if clash:
+        raise ValueError(f"Model variables {clash} have the names the checkpoint uses for the optimizer or "
+                         "the counters; rename those layers or variables.")
+    out.update(extra)
+    return out
+
+
+def _float_dtype(dtype) -> bool:
+    return tf.as_dtype(dtype).is_floating
+
+
+def nonfinite_names(values: Dict[str, object]) -> List[str]:
+    """The names whose (float) values hold NaN or Inf; values are arrays, tensors or variables."""
+    bad, tensor_names, flags = [], [], []
+    for name, v in values.items():
+        if isinstance(v, np.ndarray):
+            if v.dtype.kind == "f" and not np.isfinite(v).all():
+                bad.append(name)
+        elif _float_dtype(v.dtype):
+            tensor_names.append(name)
+            flags.append(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))))
+    if flags:  # one transfer for all the flags
+        bad += [n for n, good in zip(tensor_names, tf.stack(flags).numpy()) if not good]
+    return sorted(bad)
+
+
+def write_checkpoint(target, prefix: str, check_finite: bool = True) -> List[str]:
+    """Write every variable of ``target`` by name to the checkpoint ``prefix``; returns the names.
+
+    Raises :class:`NonFiniteWeightsError` (naming the variables) and writes nothing
+    when ``check_finite`` and a value holds NaN or Inf.
+    """
+    variables = checkpoint_variables(target)
+    names = sorted(variables)
+    with tf.device("/cpu:0"):
+        tensors = [tf.identity(tf.convert_to_tensor(variables[n])) for n in names]
+    if check_finite:
+        bad = nonfinite_names(dict(zip(names, tensors)))
+        if bad:
+            raise NonFiniteWeightsError(
+                f"{len(bad)} variable(s) hold NaN or Inf: {', '.join(bad)}. The model diverged; "
+                "nothing was saved.")
+    names.append(FORMAT_KEY)
+    tensors.append(tf.constant(FORMAT_NAMED))
+    with tf.device("/cpu:0"):
+        tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                          tensors=tensors)
+    return names[:-1]
+
+
+def _files_of(prefix: str) -> str:
+    data = sorted(glob.glob(glob.escape(prefix) + ".data-*"))
+    return ", ".join([prefix + ".index"] + data)
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {s[0] if s else ''}"
+
+
+def load_chkpt_vars(path: str) -> Dict[str, np.ndarray]:
+    """Every tensor of the checkpoint at ``path`` (a prefix), by key, as numpy values.
+
+    Reads every byte, so a truncated or damaged file is found here: raises
+    :class:`CheckpointLoadError` naming the file. (tensorpack's name.)
+    """
+    index = path + ".index"
+    if not os.path.isfile(index):
+        raise CheckpointLoadError(f"Checkpoint '{path}' does not exist ({index} is missing).")
+    if os.path.getsize(index) == 0:
+        raise CheckpointLoadError(f"Checkpoint index file {index} is empty (a write was cut short). "
+                                  "Load an earlier checkpoint of the directory.")
+    try:
+        reader = tf.train.load_checkpoint(path)
+        shapes = reader.get_variable_to_shape_map()
+    except Exception as e:  # noqa: BLE001 - any failure of the index is the file's fault
+        raise CheckpointLoadError(f"Checkpoint index file {index} is corrupt or not a TF checkpoint "
+                                  f"({_first_line(e)}). Load an earlier checkpoint of the directory.") from e
+    out = {}
+    for key in sorted(shapes):
+        try:
+            out[key] = np.asarray(reader.get_tensor(key))
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointLoadError(
+                f"Checkpoint '{path}' is corrupt: its data ({_files_of(path)}) cannot be read for "
+                f"'{key}' ({_first_line(e)}). Load an earlier checkpoint of the directory.") from e
+    return out
+
+
+def is_named_format(arrays: Dict[str, object]) -> bool:
+    v = arrays.get(FORMAT_KEY)
+    if v is None:
+        return False
+    if isinstance(v, np.ndarray):
+        v = v.item()
+    return v == FORMAT_NAMED
+
+
+def _shape(v) -> Tuple[int, ...]:
+    return tuple(int(d) for d in v.shape)
+
+
+def match_report(wanted: Dict[str, object], arrays: Dict[str, np.ndarray]):
+    """``(matched, missing, unexpected, mismatched)`` of a model's variables against saved arrays.
+
+    ``mismatched`` lists ``(name, model shape, saved shape)``.
+    """
+    saved = {k: v for k, v in arrays.items() if not k.startswith("_kerastrainer/") and k != _OBJECT_GRAPH_KEY}
+    matched, mismatched = [], []
+    for name in sorted(set(wanted) & set(saved)):
+        ms, cs = _shape(wanted[name]), _shape(np.asarray(saved[name]))
+        (matched if ms == cs else mismatched).append(name if ms == cs else (name, ms, cs))
+    missing = sorted(set(wanted) - set(saved))
+    unexpected = sorted(set(saved) - set(wanted))
+    return matched, missing, unexpected, mismatched
+
+
+def _split(names: List[str]) -> Tuple[List[str], List[str]]:
+    model = [n for n in names if not n.startswith(OPTIMIZER_PREFIX) and n not in COUNTERS]
+    return model, [n for n in names if n not in model]
+
+
+def assign_by_name(target, arrays: Dict[str, np.ndarray], source: str, model_only: bool = False,
+                   strict: bool = False) -> int:
+    """Assign saved arrays to ``target``'s variables by name; returns how many were assigned.
+
+    Every problem is reported in one message: mismatched shapes raise
+    :class:`CheckpointLoadError`; missing and unexpected names are a warning, or an
+    error when ``strict`` (a resumed run must continue the same model). With
+    ``model_only`` the optimizer's and the counters' entries are neither loaded nor
+    reported.
+    """
+    wanted = checkpoint_variables(target, model_only=model_only)
+    if model_only:
+        arrays = {k: v for k, v in arrays.items() if not (k.startswith(OPTIMIZER_PREFIX) or k in COUNTERS)}
+    matched, missing, unexpected, mismatched = match_report(wanted, arrays)
+    missing_model, missing_other = _split(missing)
+    unexpected_model, unexpected_other = _split(unexpected)
+    lines = []
+    if mismatched:
+        lines.append(f"{len(mismatched)} variable(s) have another shape in the checkpoint: " + ", ".join(
+            f"{n} (model {list(ms)}, checkpoint {list(cs)})" for n, ms, cs in mismatched))
+    if missing_model:
+        lines.append(f"{len(missing_model)} variable(s) of the model are not in the checkpoint: "
+                     + ", ".join(missing_model))
+    if unexpected_model:
+        lines.append(f"{len(unexpected_model)} variable(s) of the checkpoint are not in the model: "
+                     + ", ".join(unexpected_model))
+    other = missing_other + unexpected_other
+    if other:
+        lines.append(f"optimizer state or counters that do not match ({len(missing_other)} missing, "
+                     f"{len(unexpected_other)} unexpected): " + ", ".join(other))
+    if mismatched or (strict and (missing_model or unexpected_model)):
+        hint = ("The checkpoint was written by a different model: use a new log directory, or load "
+                "its weights on purpose with session_init=SmartInit(...)." if strict else
+                "Check the model definition, or load only the matching variables with a dict or "
+                ".npz (SmartInit).")
+        raise CheckpointLoadError(f"Checkpoint '{source}' does not fit the model:\n  " + "\n  ".join(lines)
+                                  + f"\n{hint}")
+    if lines:
+        logger.warning("Loading '%s': %s\nThose variables keep their current values.", source,
+                       "\n  ".join([""] + lines))
+    for name in matched:
+        var = wanted[name]
+        val = np.asarray(arrays[name])
+        dtype = tf.as_dtype(var.dtype)
+        if val.dtype != dtype.as_numpy_dtype:
+            val = val.astype(dtype.as_numpy_dtype)
+        var.assign(val)
+    return len(matched)
+
+
+def counter_of(arrays: Dict[str, np.ndarray], name: str) -> Optional[int]:
+    """A counter (``'global_step'``, ``'epoch'``) saved in either checkpoint format."""
+    for key in (name, f"{name}/.ATTRIBUTES/VARIABLE_VALUE"):
+        if key in arrays:
+            return int(np.asarray(arrays[key]))
+    return None
