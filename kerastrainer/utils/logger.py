@@ -110,7 +110,8 @@ def set_logger_dir(dirname: str, action: Optional[str] = None) -> None:
     from .dirlock import LogDirLock
     dirname = os.path.normpath(dirname)
     # before deleting, moving or appending to it: is another run using it?
-    LogDirLock(dirname).check_free()
+    if _DIR_LOCK is None or os.path.abspath(_DIR_LOCK.dirname) != os.path.abspath(dirname):
+        LogDirLock(dirname).check_free()
     if _FILE_HANDLER is not None:
         _logger.removeHandler(_FILE_HANDLER)
 

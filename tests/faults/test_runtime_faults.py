@@ -1,0 +1,112 @@
+"""Faults of a running training, with real processes: two runs in one log directory, a stalled
+DataFlow worker and Ctrl-C."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_prog.py")
+
+
+class Run:
+    """train_prog.py in a subprocess; its output is collected by a thread."""
+
+    def __init__(self, logdir, *args):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        self.proc = subprocess.Popen([sys.executable, PROG, str(logdir), *map(str, args)], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def text(self):
+        return "".join(self.lines)
+
+    def wait_for(self, needle, timeout=120):
+        end = time.time() + timeout
+        while time.time() < end:
+            if needle in self.text:
+                return
+            if self.proc.poll() is not None and needle not in self.text:
+                self._reader.join(2)
+                if needle in self.text:
+                    return
+                pytest.fail(f"process ended (rc {self.proc.returncode}) before {needle!r}:\n{self.text[-3000:]}")
+            time.sleep(0.1)
+        pytest.fail(f"no {needle!r} within {timeout} s:\n{self.text[-3000:]}")
+
+    def finish(self, timeout=180):
+        try:
+            rc = self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(5)
+        return rc
+
+    def children(self):
+        return psutil.Process(self.proc.pid).children(recursive=True)
+
+
+def test_second_run_in_one_dir_stops_at_once_and_loses_nothing(tmp_path):
+    d = tmp_path / "run"
+    first = Run(d, "--epochs", 3, "--delay", 0.02)
+    first.wait_for("STEP 3")
+    t0 = time.time()
+    second = Run(d)
+    assert second.finish(120) != 0
+    assert "LogDirLockedError" in second.text and f"pid {first.proc.pid}" in second.text, second.text[-2000:]
+    assert "Start Epoch" not in second.text  # it stopped before building anything
+    assert first.finish() == 0, first.text[-2000:]
+    assert "DONE" in first.text
+    # the first run's checkpoints are all there, the latest is its last one
+    assert (d / "checkpoint").read_text().strip().endswith("60") or "60" in (d / "checkpoint").read_text()
+    assert time.time() - t0 < 170
+
+
+def test_stalled_worker_is_reported_and_ctrl_c_stops_within_5s(tmp_path):
+    run = Run(tmp_path / "run", "--workers", 2, "--epochs", 1000, "--steps", 1000, "--delay", 0.005,
+              "--stall-report", 3)
+    run.wait_for("STEP 20")
+    workers = run.children()
+    assert len(workers) >= 2
+    for w in workers:
+        w.send_signal(signal.SIGSTOP)
+    run.wait_for("has waited", timeout=60)
+    report = [ln for ln in run.lines if "has waited" in ln][-1]
+    for w in workers:
+        assert f"pid {w.pid}" in report and "stopped" in report, report
+    t0 = time.time()
+    run.proc.send_signal(signal.SIGINT)
+    rc = run.finish(timeout=30)
+    took = time.time() - t0
+    assert took < 5.0, f"Ctrl-C took {took:.1f} s"
+    assert rc != 0 and "KeyboardInterrupt" in run.text
+    time.sleep(0.5)
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE], \
+        "DataFlow workers outlived the training process"
+
+
+def test_ctrl_c_during_normal_training_stops_within_5s(tmp_path):
+    run = Run(tmp_path / "run", "--workers", 1, "--epochs", 1000, "--steps", 1000)
+    run.wait_for("STEP 30")
+    workers = run.children()
+    t0 = time.time()
+    run.proc.send_signal(signal.SIGINT)
+    rc = run.finish(timeout=30)
+    assert time.time() - t0 < 5.0
+    assert rc != 0
+    time.sleep(0.5)
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
