@@ -1,0 +1,263 @@
+"""JPEG training-input benchmark: the ImageNet example's pipeline with the fused decoder
+(``imgaug.DecodeRandomResizedCrop``) against its old full-decode path and a PyTorch
+DataLoader, on the same JPEGs and the same number of worker processes.
+
+Rows (each system in its own fresh process; interleaved; 3 repeats; medians):
+
+- kerastrainer example, fused: ``imagenet_utils.get_imagenet_dataflow(..., 'train')``:
+  read bytes -> DecodeRandomResizedCrop(224, INTER_CUBIC; window drawn from the JPEG
+  header, DCT-scaled decode when the window allows it, fused colour jitter, flip) ->
+  BatchData(64) in each worker -> MultiProcessRunnerZMQ.
+- kerastrainer example, full decode (the old path): the same with ``fused_decode=False``:
+  cv2.imread -> AugmentorList(fbresnet_augmentor(True)) -> BatchData -> MultiProcessRunnerZMQ.
+- kerastrainer fused, torch's work: DecodeRandomResizedCrop(224, INTER_LINEAR, no colour
+  jitter) -> BatchData -> MultiProcessRunnerZMQ: the same per-image work as the torch row.
+- PyTorch DataLoader(batch_size=64, num_workers=N): np.fromfile + cv2.imdecode, random
+  crop of 8-100% of the area with aspect ratio 3/4-4/3, cv2.resize to 224 (INTER_LINEAR),
+  random horizontal flip (bench venv).
+
+Note that the example's rows also do the colour jitter, which the torch row does not.
+OpenCV is single-threaded everywhere (``cv2.setNumThreads(1)``): N workers on N cores.
+The JPEGs: 256 photo-like images written to a temporary ILSVRC12 layout, 500x375 by
+default (ImageNet's most common size); ``--size 1000x750`` shows larger photos, where
+most windows allow a reduced-scale decode.
+
+Run (after ``bash bench/setup_env.sh`` for the PyTorch row)::
+
+    python bench/jpeg_pipeline.py                     # 3 repeats, 30 batches each (~3 min)
+    python bench/jpeg_pipeline.py --workers 15 --batches 100 --size 1000x750
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+EXAMPLES = os.path.join(C.REPO_ROOT, "examples", "imagenet")
+BATCH = 64
+OUT = 224
+NUM_JPEGS = 256
+WNIDS = ["n01440764", "n01443537", "n01484850", "n01491361"]
+CROP_AREA = (0.08, 1.0)
+CROP_RATIO = (0.75, 1.333)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batches", type=int, default=30, help="timed batches per run")
+    p.add_argument("--warmup-batches", type=int, default=4)
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: the number of CPUs)")
+    p.add_argument("--size", default="500x375", help="JPEG width x height (default 500x375)")
+    p.add_argument("--verbose", action="store_true", help="show the children's stderr")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--images-dir", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def write_ilsvrc(root: str, width: int, height: int) -> float:
+    """NUM_JPEGS photo-like JPEGs (smooth colour fields + texture, quality 90) in the ILSVRC12
+    layout (train/<wnid>/*.JPEG, train.txt, synsets.txt); returns their mean size in KiB."""
+    import cv2
+    import numpy as np
+    rng = np.random.RandomState(1)
+    lines, total = [], 0
+    for wnid in WNIDS:
+        os.makedirs(os.path.join(root, "train", wnid))
+    for i in range(NUM_JPEGS):
+        label = i % len(WNIDS)
+        coarse = rng.randint(0, 256, size=(6, 8, 3)).astype(np.uint8)
+        img = cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC).astype(np.int16)
+        img += rng.randint(-20, 21, size=img.shape).astype(np.int16)
+        rel = f"{WNIDS[label]}/{WNIDS[label]}_{i}.JPEG"
+        path = os.path.join(root, "train", rel)
+        assert cv2.imwrite(path, np.clip(img, 0, 255).astype(np.uint8), [cv2.IMWRITE_JPEG_QUALITY, 90])
+        total += os.path.getsize(path)
+        lines.append(f"{rel} {label}\n")
+    with open(os.path.join(root, "train.txt"), "w") as f:
+        f.writelines(lines)
+    with open(os.path.join(root, "synsets.txt"), "w") as f:
+        f.writelines(w + "\n" for w in WNIDS)
+    return total / NUM_JPEGS / 1024
+
+
+def _files(images_dir):
+    with open(os.path.join(images_dir, "train.txt")) as f:
+        pairs = [ln.split() for ln in f if ln.strip()]
+    return [[os.path.join(images_dir, "train", rel), int(lab)] for rel, lab in pairs]
+
+
+# ============================================================================
+# children
+# ============================================================================
+
+def _forever(ds):
+    while True:
+        yield from ds
+
+
+def _time(it, args, pids, image_of=lambda dp: dp[0]):
+    for _ in range(args.warmup_batches):
+        C.touch_pages(image_of(next(it)))
+    meter = C.CpuMeter(pids()).start()
+    t0 = time.perf_counter()
+    n = 0
+    for _ in range(args.batches):
+        images = image_of(next(it))
+        C.touch_pages(images)
+        n += len(images)
+    secs = time.perf_counter() - t0
+    cpu = meter.stop()
+    C.emit_result(value=n / secs, cpu_ms_per_image=1000 * cpu / n, seconds=secs,
+                  summary=f"{n / secs:,.0f} images/s, {1000 * cpu / n:.2f} CPU ms/image")
+
+
+def _run_kt(ds, args):
+    ds.reset_state()
+    try:
+        _time(_forever(ds), args, lambda: [p.pid for p in ds._workers.procs])
+    finally:
+        ds.close()
+
+
+def child_example(args, fused: bool):
+    import cv2
+    cv2.setNumThreads(1)
+    sys.path.insert(0, EXAMPLES)
+    import imagenet_utils as U
+    _run_kt(U.get_imagenet_dataflow(args.images_dir, "train", BATCH, OUT, num_proc=args.workers,
+                                    meta_dir=args.images_dir, fused_decode=fused), args)
+
+
+def child_fused_plain(args):
+    import cv2
+    import numpy as np
+    from kerastrainer.dataflow import BatchData, DataFromList, MapData, MultiProcessRunnerZMQ, imgaug
+    cv2.setNumThreads(1)
+    aug = imgaug.DecodeRandomResizedCrop(OUT, CROP_AREA, CROP_RATIO, interp=cv2.INTER_LINEAR, color_jitter=False)
+
+    def load(dp):
+        return [aug.decode(np.fromfile(dp[0], np.uint8), name=dp[0]), np.int32(dp[1])]
+
+    ds = BatchData(MapData(DataFromList(_files(args.images_dir), shuffle=True), load), BATCH, remainder=False)
+    _run_kt(MultiProcessRunnerZMQ(ds, num_proc=args.workers), args)
+
+
+def child_torch(args):
+    import cv2
+    import numpy as np
+    from torch.utils.data import DataLoader, Dataset
+    cv2.setNumThreads(1)
+    items = _files(args.images_dir)
+    log_lo, log_hi = math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1])
+
+    class Jpegs(Dataset):
+        rng = None
+
+        def __len__(self):
+            return len(items)
+
+        def __getitem__(self, i):
+            if self.rng is None:   # first use in this worker: its own seed
+                self.rng = np.random.RandomState(os.getpid())
+            r = self.rng
+            path, label = items[i]
+            img = cv2.imdecode(np.fromfile(path, np.uint8), cv2.IMREAD_COLOR)
+            h, w = img.shape[:2]
+            for _ in range(10):
+                area = r.uniform(*CROP_AREA) * h * w
+                ratio = math.exp(r.uniform(log_lo, log_hi))
+                cw, ch = int(round(math.sqrt(area * ratio))), int(round(math.sqrt(area / ratio)))
+                if r.uniform() < 0.5:
+                    cw, ch = ch, cw
+                if 0 < ch <= h and 0 < cw <= w:
+                    y0, x0 = r.randint(0, h - ch + 1), r.randint(0, w - cw + 1)
+                    img = cv2.resize(img[y0:y0 + ch, x0:x0 + cw], (OUT, OUT), interpolation=cv2.INTER_LINEAR)
+                    break
+            else:
+                img = cv2.resize(img, (OUT, OUT), interpolation=cv2.INTER_LINEAR)
+            if r.uniform() < 0.5:
+                img = cv2.flip(img, 1)
+            return img, label
+
+    loader = DataLoader(Jpegs(), batch_size=BATCH, shuffle=True, drop_last=True, num_workers=args.workers,
+                        persistent_workers=True)
+    try:
+        _time(_forever(loader), args, lambda: [w.pid for w in loader._iterator._workers],
+              image_of=lambda dp: dp[0].numpy())
+    finally:
+        if getattr(loader, "_iterator", None) is not None:
+            loader._iterator._shutdown_workers()
+
+
+CHILDREN = {"example-fused": lambda a: child_example(a, True), "example-full": lambda a: child_example(a, False),
+            "fused-plain": child_fused_plain, "torch": child_torch}
+
+
+# ============================================================================
+# driver
+# ============================================================================
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    args.workers = args.workers or os.cpu_count() or 1
+    if args.child:
+        C.dispatch_child({k: (lambda f=f: f(args)) for k, f in CHILDREN.items()}, args.child)
+        return
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    C.print_header("bench/jpeg_pipeline.py: the ImageNet example's JPEG input, fused decode vs full decode "
+                   "vs a PyTorch DataLoader")
+    tmp = tempfile.mkdtemp(prefix="kt-bench-jpeg-pipeline-")
+    try:
+        kib = write_ilsvrc(tmp, width, height)
+        common = ["--batches", str(args.batches), "--warmup-batches", str(args.warmup_batches),
+                  "--workers", str(args.workers), "--images-dir", tmp]
+        me = os.path.abspath(__file__)
+        venv = C.bench_venv_python()
+
+        def cmd(python, child):
+            return None if python is None else [python, me, "--child", child] + common
+
+        systems = [
+            C.System("kerastrainer example, fused decode", cmd(sys.executable, "example-fused")),
+            C.System("kerastrainer example, full decode (old path)", cmd(sys.executable, "example-full")),
+            C.System("kerastrainer fused, torch's work (no jitter, linear)", cmd(sys.executable, "fused-plain")),
+            C.System("PyTorch DataLoader (cv2 decode + crop + flip)", cmd(venv, "torch"),
+                     why="no .bench-venv (run bash bench/setup_env.sh)"),
+        ]
+        print(f"\n-- {NUM_JPEGS} JPEGs {width}x{height} (mean {kib:.0f} KiB) -> {OUT}x{OUT} uint8, batch {BATCH}, "
+              f"{args.workers} workers; {args.batches} timed batches after {args.warmup_batches}; "
+              f"{args.repeats} interleaved repeats", flush=True)
+        C.run_interleaved(systems, args.repeats, args.verbose)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    print(C.results_table(systems, "value", "images/s", systems[0].name,
+                          extra=[("CPU ms / image", "cpu_ms_per_image")]))
+    fused, full, plain, torch_ = (C.median_of(s, "value") for s in systems)
+    cpu = [C.median_of(s, "cpu_ms_per_image") for s in systems]
+
+    def ratio(a, b):
+        return None if a is None or b is None else a / b
+
+    r = ratio(fused, torch_)
+    print(C.goal_line(f"example pipeline >= 1.5x the PyTorch DataLoader's images/s (is {C.fmt(r)}x)",
+                      None if r is None else r >= 1.5))
+    print(f"example fused / example full decode: {C.fmt(ratio(fused, full))}x images/s, "
+          f"{C.fmt(ratio(cpu[1], cpu[0]))}x less CPU per image")
+    print(f"same work as torch (fused, no jitter) / torch: {C.fmt(ratio(plain, torch_))}x images/s, "
+          f"{C.fmt(ratio(cpu[3], cpu[2]))}x less CPU per image")
+    print(f"CPU-time basis (robust to other load), torch CPU ms/image / example fused: "
+          f"{C.fmt(ratio(cpu[3], cpu[0]))}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
