@@ -5,9 +5,11 @@ from .sessinit import (ChainInit, CheckpointInit, CheckpointLoadError, DictResto
 from .summary import add_moving_summary, add_param_summary, add_tensor_summary
 from .tower import TowerContext, get_current_tower_context
 from .tower_func import ModelVariables, TowerFunction
+from .varmanip import NonFiniteWeightsError, load_chkpt_vars
 
 __all__ = ["LayerStore", "get_default_layer_store", "get_variable", "reset_default_layer_store",
            "SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore", "NpzInit",
            "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError",
            "add_moving_summary", "add_param_summary", "add_tensor_summary",
-           "TowerContext", "get_current_tower_context", "TowerFunction", "ModelVariables"]
+           "TowerContext", "get_current_tower_context", "TowerFunction", "ModelVariables",
+           "load_chkpt_vars", "NonFiniteWeightsError"]
