@@ -5,6 +5,7 @@ from .sessinit import (ChainInit, CheckpointInit, CheckpointLoadError, DictResto
 from .summary import add_moving_summary, add_param_summary, add_tensor_summary
 from .tower import TowerContext, get_current_tower_context
 from .tower_func import ModelVariables, TowerFunction
+from . import sessinit, summary, tower  # noqa: E402 (named in __all__)
 from .varmanip import NonFiniteWeightsError, load_chkpt_vars
 
 __all__ = ["LayerStore", "get_default_layer_store", "get_variable", "reset_default_layer_store",
@@ -12,4 +13,6 @@ __all__ = ["LayerStore", "get_default_layer_store", "get_variable", "reset_defau
            "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError",
            "add_moving_summary", "add_param_summary", "add_tensor_summary",
            "TowerContext", "get_current_tower_context", "TowerFunction", "ModelVariables",
-           "load_chkpt_vars", "NonFiniteWeightsError"]
+           "load_chkpt_vars", "NonFiniteWeightsError",
+           # submodules, as tensorpack's star import gives them (`summary.add_moving_summary(...)`)
+           "summary", "sessinit", "tower"]

@@ -20,6 +20,7 @@ from typing import Callable, List, Sequence
 import numpy as np
 import tensorflow as tf
 
+from ..compat.keras_phase import keras_training_phase
 from ..compat.variables import tf1_variables_in_store
 from .layer_store import LayerStore
 from .tower import TowerContext
@@ -37,14 +38,22 @@ class ModelVariables(tf.Module):
         self.extra = dict(extra)
 
     def named_variables(self):
-        out = dict(self.store.named_variables())
+        extra = {}
         for attr, obj in sorted(self.extra.items()):
             if isinstance(obj, tf.Variable):
-                out[attr] = obj
+                extra[attr] = obj
             else:
+                own = getattr(obj, "name", None)
                 for v in getattr(obj, "weights", []):
-                    path = getattr(v, "path", None) or v.name
-                    out[f"{attr}/{path.split(':')[0]}"] = v
+                    path = (getattr(v, "path", None) or v.name).split(":")[0]
+                    # not the object's own name: Keras numbers it per process ('sequential_1')
+                    if own and path.startswith(own + "/"):
+                        path = path[len(own) + 1:]
+                    extra[f"{attr}/{path}"] = v
+        owned = {id(_inner(v)) for v in extra.values()}
+        # variables of attribute layers that the tower built are reported under the attribute
+        out = {k: v for k, v in self.store.named_variables().items() if id(_inner(v)) not in owned}
+        out.update(extra)
         return out
 
     @property
@@ -69,6 +78,12 @@ class ModelVariables(tf.Module):
         return losses
 
 
+def _inner(v):
+    """The tf.Variable behind a Keras 3 variable (or ``v`` itself)."""
+    inner = getattr(v, "_value", None)
+    return inner if isinstance(inner, tf.Variable) else v
+
+
 def _placeholder_spec(spec: tf.TensorSpec, name: str) -> tf.TensorSpec:
     return tf.TensorSpec(spec.shape, spec.dtype, name=name)
 
@@ -88,7 +103,8 @@ class TowerFunction:
                  total: int = 1):
         """Run the tower in a TowerContext; returns ``(cost, context)``."""
         with TowerContext(name, is_training=is_training, index=index, total=total,
-                          layer_store=self.layer_store) as ctx, tf1_variables_in_store(self.layer_store):
+                          layer_store=self.layer_store) as ctx, tf1_variables_in_store(self.layer_store), \
+                keras_training_phase(is_training):
             # Tower code runs as written (graph semantics, as in tensorpack), not rewritten
             # by AutoGraph: use tf.cond / tf.while_loop for data-dependent control flow.
             cost = tf.autograph.experimental.do_not_convert(self.fn)(*inputs)
@@ -99,6 +115,7 @@ class TowerFunction:
         if self._built:
             return
         found = {}
+        created = []
 
         def trace(*inputs):
             cost, ctx = self(*inputs, name="tower0", is_training=True, index=0, total=total)
@@ -116,7 +133,9 @@ class TowerFunction:
                 # first replica's update (the main-tower rule), so mirrored copies never drift
                 kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
             with tf.init_scope():
-                return next_creator(**kwargs)
+                var = next_creator(**kwargs)
+            created.append(var)
+            return var
 
         self.layer_store.allow_create = True
         try:
@@ -130,9 +149,27 @@ class TowerFunction:
         if cost.shape.rank not in (0, None):
             raise ValueError(f"build_graph must return a scalar cost; it returned shape {cost.shape}. "
                              "Reduce it, e.g. with tf.reduce_mean.")
+        self._adopt_variables(created)
         self.summary_names = found["summaries"]
         self.histogram_names = found["histograms"]
         self._built = True
+
+    def _adopt_variables(self, created) -> None:
+        """Keep variables the tower made outside the store (a Keras model built in build_graph)
+        in the store, under their scoped names without the tower prefix
+        (``'sequential/dense/kernel'``), so that they are trained and saved."""
+        known = {id(_inner(v)) for v in self.layer_store.named_variables().values()}
+        for var in created:
+            if id(var) in known:
+                continue
+            name = var.name.split(":")[0]
+            if name.startswith("tower0/"):
+                name = name[len("tower0/"):]
+            base, k = name, 1
+            while name in self.layer_store.raw_variables:
+                name, k = f"{base}_{k}", k + 1
+            self.layer_store.raw_variables[name] = var
+            known.add(id(var))
 
     def predict_function(self, input_names: Sequence[str], output_names: Sequence[str],
                          is_training: bool = False) -> Callable:

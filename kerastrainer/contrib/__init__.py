@@ -1,0 +1,1 @@
+"""Mirrors tensorpack's ``tensorpack.contrib`` package path."""

@@ -1,0 +1,4 @@
+"""Mirrors ``tensorpack.tfutils.export``: ModelExporter."""
+from ..predict.export import ModelExporter
+
+__all__ = ["ModelExporter"]
