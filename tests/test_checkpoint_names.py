@@ -313,3 +313,32 @@ def test_stats_and_pointer_are_readable_by_others(tmp_path):
         os.umask(old)
     for name in ("checkpoint", "stats.json"):
         assert os.stat(os.path.join(d, name)).st_mode & 0o777 == 0o644, name
+
+
+def test_keras_model_weights_load_by_layer_name(tmp_path):
+    from kerastrainer import KerasModel
+    x = np.random.RandomState(0).randn(64, W).astype("float32")
+    y = (x.sum(1) > 0).astype("int32")
+
+    def fit(model, logdir, **kw):
+        km = KerasModel(model, input=(x, y))
+        km.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
+        logger.set_logger_dir(logdir, "k")
+        try:
+            km.fit(batch_size=16, extra_callbacks=[], monitors=[], **kw)
+        finally:
+            logger.unset_logger_dir()
+
+    first = keras.Sequential([keras.Input((W,)), keras.layers.Dense(W, name="h"), keras.layers.Dense(2, name="o")])
+    fit(first, str(tmp_path / "a"), epochs=1, callbacks=[ModelSaver()])
+    path = latest_checkpoint(str(tmp_path / "a"))
+    assert "keras_model/h/kernel" in dict(tf.train.list_variables(path))  # no per-process model name
+    # another model object (another auto-name), its layers created in the other order
+    o = keras.layers.Dense(2, name="o")
+    h = keras.layers.Dense(W, name="h")
+    inp = keras.Input((W,))
+    second = keras.Model(inp, o(h(inp)))
+    fit(second, str(tmp_path / "b"), epochs=0, session_init=path)
+    for layer in ("h", "o"):
+        for a, b in zip(first.get_layer(layer).weights, second.get_layer(layer).weights):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
