@@ -19,7 +19,7 @@ class SimpleTrainer(Trainer):
     Example::
 
         launch_train_with_config(config, SimpleTrainer())
-        launch_train_with_config(config, SimpleTrainer(precision='bf16', jit_compile=True))
+        launch_train_with_config(config, SimpleTrainer(precision='bf16'))  # XLA: 'auto', on on a GPU
     """
 
 
@@ -32,6 +32,27 @@ def _tower_ids(gpus: Union[int, Sequence[int]]) -> list:
     if not ids:
         raise ValueError("The list of tower device ids is empty")
     return ids
+
+
+def physical_device_index(device: str) -> int:
+    """The index of the physical device (of its kind) a logical device is carved from.
+
+    TensorFlow numbers logical devices physical device by physical device, in the order
+    of the visible physical devices, each split by ``set_logical_device_configuration``.
+    """
+    spec = tf.DeviceSpec.from_string(device)
+    kind, index = (spec.device_type or "CPU").upper(), spec.device_index or 0
+    logical = 0
+    for i, phys in enumerate(tf.config.get_visible_devices(kind)):
+        logical += len(tf.config.get_logical_device_configuration(phys) or [None])
+        if index < logical:
+            return i
+    raise ValueError(f"{device} is not a logical {kind} device of this process")
+
+
+def _share_a_physical_gpu(devices: Sequence[str]) -> bool:
+    gpus = [physical_device_index(d) for d in devices if tf.DeviceSpec.from_string(d).device_type == "GPU"]
+    return len(set(gpus)) < len(gpus)
 
 
 class _MirroredTrainer(Trainer):
@@ -64,7 +85,9 @@ class SyncMultiGPUTrainerReplicated(_MirroredTrainer):
         average: average the gradients (True) or sum them.
         mode: ``'nccl'`` (GPUs), ``'hierarchical'`` (hierarchical copy, for 8-GPU boxes)
             or ``'cpu'`` (reduce on the host); None picks NCCL on GPUs and the host
-            reduction on CPU devices.
+            reduction on CPU devices. NCCL cannot reduce between logical GPUs carved from
+            one physical GPU (towers on ``ensure_tower_devices(2)`` with one GPU): there
+            the gradients are reduced on the first tower's GPU instead, as the log says.
 
     Example::
 
@@ -83,6 +106,11 @@ class SyncMultiGPUTrainerReplicated(_MirroredTrainer):
         if mode in ("nccl", "hierarchical") and not on_gpu:
             logger.warning("all-reduce mode %r needs GPUs; reducing on the host instead.", mode)
             mode = "cpu"
+        if mode == "nccl" and _share_a_physical_gpu(self.devices):
+            # NCCL needs one rank per physical GPU ("Duplicate GPU detected")
+            logger.warning("Towers %s share a physical GPU, which NCCL cannot all-reduce between; reducing the "
+                           "gradients on %s instead (ReductionToOneDevice).", self.devices, self.devices[0])
+            return tf.distribute.ReductionToOneDevice(reduce_to_device=self.devices[0])
         if mode == "nccl":
             return tf.distribute.NcclAllReduce()
         if mode == "hierarchical":

@@ -1,7 +1,7 @@
 """Device discovery. TensorFlow is imported only when a function is called."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 __all__ = ["get_available_gpus", "get_num_gpu", "get_logical_cpus", "training_devices", "ensure_tower_devices"]
 
@@ -34,20 +34,57 @@ def training_devices(ids) -> List[str]:
     bad = [i for i in ids if not (0 <= int(i) < len(pool))]
     if bad:
         raise ValueError(f"Towers on device ids {list(ids)} were asked for, but only {len(pool)} {kind}(s) "
-                         f"exist: {pool}. Ask for fewer towers" +
-                         ("" if gpus else ", or create logical CPU devices with "
-                          "tf.config.set_logical_device_configuration before TF starts") + ".")
+                         f"exist: {pool}. Ask for fewer towers, or call "
+                         f"kerastrainer.utils.devices.ensure_tower_devices({len(ids)}) at the top of the script "
+                         f"(it splits each {'GPU' if gpus else 'CPU'} into logical devices before TF starts).")
     return [pool[int(i)] for i in ids]
 
 
-def ensure_tower_devices(num_towers: int) -> None:
-    """On a machine without GPUs, split the CPU into ``num_towers`` logical devices.
+def _gpu_memory_mb() -> List[int]:
+    """Total memory of each GPU in MiB, from nvidia-smi (TF can tell only after it started)."""
+    import subprocess
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        return [int(float(v)) for v in out.split()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
 
-    Lets multi-tower scripts run (slowly) on a laptop or in CI. Must be called before
-    TensorFlow runs its first op; with GPUs present it does nothing.
+
+def ensure_tower_devices(num_towers: int, gpu_memory_mb: Optional[int] = None) -> None:
+    """Make at least ``num_towers`` devices for towers: logical CPUs, or logical GPUs.
+
+    Without GPUs, splits the CPU into ``num_towers`` logical devices (multi-tower scripts
+    run, slowly, on a laptop or in CI). With fewer GPUs than towers, splits each GPU
+    into ``ceil(num_towers / gpus)`` logical GPUs of ``gpu_memory_mb`` MiB each (default:
+    90% of the GPU's memory, from nvidia-smi, shared out), e.g. two towers on one GPU.
+    Must be called before TensorFlow runs its first op; with enough GPUs it does nothing.
+
+    Example::
+
+        ensure_tower_devices(2)   # first thing in the script
+        launch_train_with_config(config, SyncMultiGPUTrainerReplicated(2))
     """
     import tensorflow as tf
-    if num_towers <= 1 or tf.config.list_physical_devices("GPU"):
+    gpus = tf.config.list_physical_devices("GPU")
+    if num_towers <= 1 or len(gpus) >= num_towers:
+        return
+    if gpus:
+        per_gpu = -(-num_towers // len(gpus))
+        if gpu_memory_mb is None:
+            total = _gpu_memory_mb()
+            if len(total) < len(gpus):
+                raise RuntimeError(f"ensure_tower_devices({num_towers}): cannot read the GPUs' memory (nvidia-smi); "
+                                   "give gpu_memory_mb=, the memory of each logical GPU in MiB.")
+            gpu_memory_mb = int(0.9 * min(total) / per_gpu)
+        try:
+            for gpu in gpus:
+                if len(tf.config.get_logical_device_configuration(gpu) or [None]) < per_gpu:
+                    tf.config.set_logical_device_configuration(
+                        gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=gpu_memory_mb)] * per_gpu)
+        except RuntimeError as e:
+            raise RuntimeError(f"Cannot split the GPUs into {num_towers} logical GPUs: TensorFlow has already "
+                               "started. Call ensure_tower_devices() at the top of the script.") from e
         return
     cpus = tf.config.list_physical_devices("CPU")
     try:
