@@ -9,6 +9,7 @@ import pytest
 import keras
 import tensorflow as tf
 
+from _devices import cpus
 from kerastrainer import (ModelDesc, ModelSaver, SimpleTrainer, SyncMultiGPUTrainerReplicated, TrainConfig,
                           launch_train_with_config)
 from kerastrainer.dataflow import DataFromList
@@ -96,7 +97,7 @@ def test_adam_batchnorm_dropout_reaches_the_same_accuracy_band_as_keras_fit():
 def test_saved_model_gives_the_same_predictions_in_a_fresh_process(tmp_path):
     x, y = _data()
     model = _bn_model(2)
-    km = KerasModel(model, input=(x, y), trainer=SyncMultiGPUTrainerReplicated(2))
+    km = KerasModel(model, input=(x, y), trainer=SyncMultiGPUTrainerReplicated(cpus(2)))
     km.compile("adam", _xent(), metrics=["accuracy"])
     km.fit(max_epoch=1, batch_size=32, **QUIET)
     path = str(tmp_path / "m.keras")
@@ -256,7 +257,7 @@ def test_keras_layers_in_a_tower_are_shared_saved_and_regularized(logdir, towers
     x, y = _data()
     flow = DataFromList([[x[i:i + 32], y[i:i + 32]] for i in range(0, 256, 32)], shuffle=False)
     model = _TowerWithKerasLayers()
-    trainer = SimpleTrainer() if towers == 1 else SyncMultiGPUTrainerReplicated(towers)
+    trainer = SimpleTrainer() if towers == 1 else SyncMultiGPUTrainerReplicated(cpus(towers))
     launch_train_with_config(TrainConfig(model=model, dataflow=flow, callbacks=[ModelSaver()], max_epoch=2,
                                          extra_callbacks=[], monitors=[]), trainer)
     store = model.layer_store

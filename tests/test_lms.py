@@ -295,7 +295,7 @@ def _train(towers, lms):
                       callbacks=[rec] + ([lms] if lms else []), extra_callbacks=[], monitors=[],
                       max_epoch=3, steps_per_epoch=8)
     trainer = SimpleTrainer(steps_per_call=1) if towers == 1 else \
-        SyncMultiGPUTrainerReplicated(towers, steps_per_call=1)
+        SyncMultiGPUTrainerReplicated([f"/cpu:{i}" for i in range(towers)], steps_per_call=1)  # logical CPUs
     launch_train_with_config(cfg, trainer)
     return costs, {k: v.numpy() for k, v in trainer.named_variables().items()}
 

@@ -387,14 +387,20 @@ def test_user_layer_register_scopes_argscope_and_logging(store):
             with argscope(ScaledBlock, scale=0.0):
                 y2 = ScaledBlock("blk", x, 2)
                 y3 = ScaledBlock("blk", x, 2, scale=2.0)
+        from kerastrainer.tfutils.layer_store import log_layer_shapes
+        log_layer_shapes(store)   # what TowerFunction.build does after building the model
+        log_layer_shapes(store)   # nothing new: nothing logged
     finally:
         lg.removeHandler(handler)
     assert set(store.named_variables()) == {"blk/conv/W"}
     np.testing.assert_allclose(y2.numpy(), 0.0)
     np.testing.assert_allclose(y3.numpy(), 2 * y1.numpy(), rtol=1e-6)
     msgs = [r.getMessage() for r in records]
-    assert msgs.count("blk input: [1, 2, 2, 3]") == 1
-    assert msgs.count("blk output: [1, 2, 2, 2]") == 1
+    tables = [m for m in msgs if m.startswith("Layers of the model:")]
+    assert len(tables) == 1        # one table, one row per layer though "blk" was built three times
+    rows = [line.split() for line in tables[0].splitlines()[3:]]
+    assert rows == [["blk/conv", "[1,", "2,", "2,", "3]", "[1,", "2,", "2,", "2]", "6"],   # (3*2 W, no bias)
+                    ["blk", "[1,", "2,", "2,", "3]", "[1,", "2,", "2,", "2]"]]
 
 
 def test_clear_errors_for_wrong_arguments(store):

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _devices import cpus
 from _models import MLP, LinearData, weights_of
 from kerastrainer.callbacks import Callback
 from kerastrainer.dataflow.base import DataFlow
@@ -55,8 +56,9 @@ def test_n_towers_equal_one_tower_on_the_concatenated_batch(towers, trainer_cls)
     """N towers on batches of B/N give the weights of 1 tower on the batch B (several steps per call)."""
     init = _reference()
     data = LinearData(num_batches=6, batch=32)
-    single = _train(SimpleTrainer(steps_per_call=3), data, init=init, steps_per_epoch=6)
-    multi = _train(trainer_cls(towers, steps_per_call=3), Halves(data, towers), init=init, steps_per_epoch=6)
+    # the one tower on a CPU device too: a GPU's matmuls (TF32) would not match to 1e-5
+    single = _train(SyncMultiGPUTrainerReplicated(cpus(1), steps_per_call=3), data, init=init, steps_per_epoch=6)
+    multi = _train(trainer_cls(cpus(towers), steps_per_call=3), Halves(data, towers), init=init, steps_per_epoch=6)
     assert multi.num_replicas == towers and multi.global_step == 6 and multi.last_call_steps == 3
     ws, wm = weights_of(single), weights_of(multi)
     for k in ws:
@@ -73,7 +75,7 @@ def test_towers_see_their_index_and_only_tower0_records():
             seen.append((ctx.name, ctx.index, ctx.total, ctx.is_main_training_tower))
             return super().build_graph(x, y)
 
-    t = SyncMultiGPUTrainerReplicated(2)
+    t = SyncMultiGPUTrainerReplicated(cpus(2))
     launch_train_with_config(TrainConfig(model=Spy(), dataflow=LinearData(), extra_callbacks=[], monitors=[],
                                          max_epoch=1), t)
     assert ("tower1", 1, 2, False) in seen and ("tower0", 0, 2, True) in seen
@@ -82,14 +84,18 @@ def test_towers_see_their_index_and_only_tower0_records():
 
 
 def test_more_towers_than_devices_is_a_clear_error():
-    with pytest.raises(ValueError, match="only 4 logical CPU device"):
-        SyncMultiGPUTrainerReplicated(8)
+    with pytest.raises(ValueError, match=r"only \d+ (GPU|logical CPU device)"):
+        SyncMultiGPUTrainerReplicated(8)       # GPUs when the machine has any, else logical CPU devices
+    with pytest.raises(ValueError, match=r"\['/cpu:4', '/cpu:5'\] do not exist"):
+        SyncMultiGPUTrainerReplicated(cpus(6))
+    with pytest.raises(ValueError, match="names one twice"):
+        SyncMultiGPUTrainerReplicated(["/cpu:0", "/CPU:0"])
     with pytest.raises(ValueError, match="positive"):
         SyncMultiGPUTrainerReplicated(0)
 
 
 def test_steps_per_epoch_counts_batches_per_tower():
-    t = _train(SyncMultiGPUTrainerReplicated([0, 1]), LinearData(num_batches=10), max_epoch=1)
+    t = _train(SyncMultiGPUTrainerReplicated(cpus(2)), LinearData(num_batches=10), max_epoch=1)
     assert t.steps_per_epoch == 5
 
 
@@ -108,7 +114,7 @@ def test_staging_input_keeps_the_batch_sequence(towers, nr_stage):
         source = QueueInput(Halves(data, towers) if towers > 1 else data)
         if staged:
             source = StagingInput(source, nr_stage=nr_stage, force=True)
-        trainer = SimpleTrainer(steps_per_call=4) if towers == 1 else SyncMultiGPUTrainerReplicated(towers,
+        trainer = SimpleTrainer(steps_per_call=4) if towers == 1 else SyncMultiGPUTrainerReplicated(cpus(towers),
                                                                                                       steps_per_call=4)
         model = MLP(lr=0.2)
 
@@ -135,11 +141,23 @@ def test_data_parallel_inference_runner_equals_inference_runner():
     batches = DataFromList(list(val), shuffle=False)
     runners = [InferenceRunner(batches, [ScalarStats("cost"), ClassificationError("wrong", "err")]),
                DataParallelInferenceRunner(batches, [ScalarStats("cost", prefix="dp"), ClassificationError("wrong", "err2")],
-                                           gpus=2)]
-    t = SyncMultiGPUTrainerReplicated(2)
+                                           gpus=cpus(2))]
+    t = SyncMultiGPUTrainerReplicated(cpus(2))
     launch_train_with_config(TrainConfig(model=MLP(), dataflow=LinearData(), callbacks=runners,
                                          extra_callbacks=[], monitors=[], max_epoch=1), t)
     assert t.monitors.get_latest("dp_cost") == pytest.approx(t.monitors.get_latest("validation_cost"), rel=1e-6)
     assert t.monitors.get_latest("err2") == pytest.approx(t.monitors.get_latest("err"), rel=1e-6)
-    with pytest.raises(ValueError, match="only 4 logical CPU"):
+    with pytest.raises(ValueError, match=r"only \d+ (GPU|logical CPU)"):
         DataParallelInferenceRunner(batches, [ScalarStats("cost")], gpus=6)
+
+
+def test_named_cpu_towers_on_a_machine_with_one_gpu(monkeypatch):
+    """What a one-GPU machine sees (the GPU is faked): a number of towers means GPUs and two is
+    too many; towers named on logical CPU devices stay there and reduce on the host, not NCCL."""
+    from kerastrainer.utils import devices
+    monkeypatch.setattr(devices, "get_available_gpus", lambda: ["/gpu:0"])
+    with pytest.raises(ValueError, match=r"\[0, 1\] were asked for, but only 1 GPU\(s\) exist"):
+        SyncMultiGPUTrainerReplicated(2)
+    t = _train(SyncMultiGPUTrainerReplicated(cpus(2)), LinearData(num_batches=4), max_epoch=1)
+    assert t.devices == cpus(2) and t.num_replicas == 2 and t.global_step == 2
+    assert type(t._cross_device_ops()).__name__ == "ReductionToOneDevice"

@@ -176,7 +176,8 @@ class DataParallelInferenceRunner(InferenceRunner):
     Args:
         input: a DataFlow of batches.
         infs: an :class:`Inferencer` or a list of them.
-        gpus: a number of devices or a list of device ids (GPUs, else logical CPU devices).
+        gpus: a number of devices or a list of device ids (GPUs, else logical CPU devices),
+            or a list of device names (``['/cpu:0', '/cpu:1']``).
 
     Example::
 
@@ -189,7 +190,8 @@ class DataParallelInferenceRunner(InferenceRunner):
         ids = list(range(gpus)) if isinstance(gpus, int) else list(gpus)
         if not ids:
             raise ValueError("DataParallelInferenceRunner: give at least one device.")
-        self.devices = training_devices(ids)
+        # device names ('/cpu:0', '/cpu:1') are used as given
+        self.devices = ids if all(isinstance(i, str) for i in ids) else training_devices(ids)
 
     def _predict_on(self, device, comps):
         import tensorflow as tf

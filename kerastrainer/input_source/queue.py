@@ -176,6 +176,7 @@ class QueueInput(InputSource):
             return
         self._closed = True
         self._stop.set()
+        self._release_producer()
         self._close_queue()
         if self._thread is not None:
             deadline = time.time() + 10
@@ -188,6 +189,23 @@ class QueueInput(InputSource):
                                "thread and ends with the process.", self.name)
         else:
             self._close_dataflow()
+
+    def _release_producer(self) -> None:
+        """Let an enqueue blocked on a full queue finish, so the producer sees the stop flag
+        and returns; cancelling that enqueue instead makes TensorFlow log a "Local rendezvous
+        is aborting ... CANCELLED" warning at the end of every run."""
+        if self._thread is None or self.queue is None:
+            return
+        for _ in range(3):
+            if not self._thread.is_alive():
+                return
+            try:
+                if int(self.queue.size().numpy()) < self.capacity:
+                    return  # an enqueue now does not block
+                self.queue.dequeue()  # training has ended: nobody else takes from the queue
+            except Exception:
+                return  # the queue is already closed
+            self._thread.join(timeout=0.2)
 
     def _close_dataflow(self):
         close = getattr(self.ds, "close", None)

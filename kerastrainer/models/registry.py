@@ -36,7 +36,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ..tfutils.layer_store import LayerStore, get_default_layer_store
+from ..tfutils.layer_store import LayerStore, get_default_layer_store, record_layer_shape
 from ..tfutils.tower import current_scope_name, get_current_tower_context
 from ..utils import logger
 from .arg_scope import get_arg_scope
@@ -109,7 +109,7 @@ def _shape_str(x) -> str:
 
 
 def log_layer_shapes_once(key: str, inputs, outputs) -> None:
-    """Log ``key input: [..]`` / ``key output: [..]`` the first time ``key`` is built."""
+    """Record the input and output shapes of layer ``key`` the first time it is built."""
     ctx = get_current_tower_context()
     if ctx is not None and not ctx.is_main_training_tower and ctx.is_training:
         return
@@ -118,8 +118,9 @@ def log_layer_shapes_once(key: str, inputs, outputs) -> None:
         if key in keys:
             return
         keys.add(key)
-    logger.info("%s input: %s", key, _shape_str(inputs))
-    logger.info("%s output: %s", key, _shape_str(outputs))
+    # one table after the model is built (TowerFunction.build), not two lines per layer
+    record_layer_shape(current_layer_store(), key, _shape_str(inputs), _shape_str(outputs))
+    logger.debug("%s input: %s, output: %s", key, _shape_str(inputs), _shape_str(outputs))
 
 
 def keras_layer(name: str, factory: Callable[[], object],

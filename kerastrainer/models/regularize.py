@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Callable
+from typing import Callable, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from ..tfutils.tower import get_current_tower_context
@@ -31,12 +32,15 @@ _logged_lock = threading.Lock()
 _logged_messages = set()
 
 
-def _log_once(msg: str) -> None:
+def _log_once(msg: str, details: Optional[str] = None) -> None:
+    """``msg`` at INFO once; ``details`` (e.g. every matched name) at DEBUG."""
     with _logged_lock:
         if msg in _logged_messages:
             return
         _logged_messages.add(msg)
     logger.info(msg)
+    if details:
+        logger.debug(details)
 
 
 def l2_regularizer(scale: float) -> Callable:
@@ -121,7 +125,10 @@ def regularize_cost(regex: str, func: Callable, name: str = "regularize_cost",
             costs.append(tf.cast(func(v), tf.float32))
     if include_layer_losses:
         costs.extend(_layer_weight_penalties(store))
-    _log_once(f"regularize_cost({regex!r}) regularizes {len(matched)} variables: {', '.join(matched)}")
+    n_params = sum(int(np.prod(store.named_variables()[m].shape)) for m in matched)
+    _log_once(f"regularize_cost({regex!r}) regularizes {len(matched)} variables ({n_params:,} parameters)"
+              + ("" if matched else ": none matches; names look like " + ", ".join(list(store.named_variables())[:3])),
+              details=f"regularize_cost({regex!r}) matches: {', '.join(matched)}" if matched else None)
     if not costs:
         return tf.constant(0.0, dtype=tf.float32, name=name)
     return tf.add_n(costs, name=name)

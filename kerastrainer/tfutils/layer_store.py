@@ -14,7 +14,8 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import Callable, Dict, Optional
+import weakref
+from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -110,6 +111,39 @@ class LayerStore(tf.Module):
         for layer in self.layers.values():
             losses.extend(getattr(layer, "losses", []))
         return losses
+
+
+# Layer shapes recorded while a tower is built, printed as one table after the build.
+_shape_rows: "weakref.WeakKeyDictionary[LayerStore, List[Tuple[str, str, str]]]" = weakref.WeakKeyDictionary()
+
+
+def record_layer_shape(store: LayerStore, key: str, input_shape: str, output_shape: str) -> None:
+    """Keep a row of the layer-shape table that :func:`log_layer_shapes` prints."""
+    with _default_lock:
+        _shape_rows.setdefault(store, []).append((key, input_shape, output_shape))
+
+
+def log_layer_shapes(store: LayerStore) -> None:
+    """Log the layers recorded since the last call as one table (on the chief worker only)."""
+    with _default_lock:
+        rows = _shape_rows.pop(store, [])
+    if not rows:
+        return
+    from ..utils import logger
+    from ..utils.cluster import is_chief
+    if not is_chief():
+        return
+    from tabulate import tabulate
+
+    def params(key):
+        layer = store.layers.get(key)
+        try:
+            return f"{int(layer.count_params()):,}" if layer is not None else ""
+        except (ValueError, AttributeError):  # not built, or not a Keras layer
+            return ""
+    table = tabulate([(k, i, o, params(k)) for k, i, o in rows], headers=["layer", "input", "output", "params"],
+                     tablefmt="simple", disable_numparse=True)
+    logger.info("Layers of the model:\n%s", table)
 
 
 _default_store: Optional[LayerStore] = None
