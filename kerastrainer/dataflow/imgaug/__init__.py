@@ -14,8 +14,10 @@ import importlib
 
 __all__ = []
 
-for _m in ("transform", "base", "compose", "resize", "crop", "flip", "color", "lighting",
-           "convert", "jitter", "presets", "fused_decode"):
+# imgproc, misc and meta only re-export (tensorpack's module paths), so they are not listed
+for _m in ("transform", "base", "compose", "resize", "crop", "flip", "color", "lighting", "normalize",
+           "noise", "blur", "convert", "geometry", "paste", "deform", "external", "jitter", "presets",
+           "fused_decode"):
     _mod = importlib.import_module(f"{__name__}.{_m}")
     for _n in _mod.__all__:
         globals()[_n] = getattr(_mod, _n)

@@ -15,7 +15,6 @@ Example::
 from __future__ import annotations
 
 import os
-from functools import partial
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -23,7 +22,22 @@ import numpy as np
 from ...utils.rng import get_rng
 from .transform import FunctionTransform, PhotometricTransform, Transform
 
-__all__ = ["ImageAugmentor", "PhotometricAugmentor"]
+
+class _CallWithParam:
+    """``x -> func(x, param)``, the parameter passed by position whatever the method named
+    it (tensorpack's ``_augment(img, v)``), and picklable, unlike a lambda."""
+
+    def __init__(self, func, param):
+        self.func, self.param = func, param
+
+    def __call__(self, x):
+        return self.func(x, self.param)
+
+
+def _identity_coords(coords):
+    return coords
+
+__all__ = ["ImageAugmentor", "Augmentor", "PhotometricAugmentor"]
 
 
 def check_image(img: Any, who: str) -> None:
@@ -74,21 +88,33 @@ class ImageAugmentor:
         """Reseed ``self.rng``; call once per process before use."""
         self.rng = get_rng(self)
 
+    def _init(self, params: Optional[dict] = None) -> None:
+        """tensorpack's idiom ``self._init(locals())``: store the constructor's arguments
+        as attributes (all but ``self`` and names starting with ``_``)."""
+        for k, v in (params or {}).items():
+            if k != "self" and not k.startswith("_"):
+                setattr(self, k, v)
+
     def get_transform(self, img: np.ndarray) -> Transform:
         """Draw the random parameters for ``img`` and return them as a Transform.
 
-        Augmentors written for tensorpack's older API (``_get_augment_params(img)``,
-        ``_augment(img, param)`` and optionally ``_augment_coords(coords, param)``)
-        work unchanged through this default.
+        Augmentors written for tensorpack's older API work unchanged through this
+        default: ``_get_augment_params(img)`` (or ``get_augment_params``) draws the
+        parameter, ``_augment(img, param)`` applies it (the parameter is passed by
+        position, so any name works) and ``_augment_coords(coords, param)``, when
+        defined, moves coordinates (without it coordinates pass unchanged, tensorpack's
+        old default). A ``_get_augment_params`` that returns a Transform is used as is.
         """
         augment = getattr(self, "_augment", None)
         if augment is None:
             raise NotImplementedError(f"{type(self).__name__} implements neither get_transform nor _augment.")
-        get_params = getattr(self, "_get_augment_params", None)
+        get_params = getattr(self, "_get_augment_params", None) or getattr(self, "get_augment_params", None)
         param = get_params(img) if get_params is not None else None
+        if isinstance(param, Transform):
+            return param
         coords = getattr(self, "_augment_coords", None)
-        return FunctionTransform(partial(augment, param=param),
-                                 partial(coords, param=param) if coords is not None else None)
+        return FunctionTransform(_CallWithParam(augment, param),
+                                 _CallWithParam(coords, param) if coords is not None else _identity_coords)
 
     def augment(self, img: np.ndarray) -> np.ndarray:
         """Draw a transform for ``img`` and apply it."""
@@ -166,7 +192,22 @@ class PhotometricAugmentor(ImageAugmentor):
         return restore_dtype(out, old_dtype, self.clip)
 
     def get_transform(self, img):
+        if type(self)._impl is PhotometricAugmentor._impl and hasattr(self, "_augment"):
+            # written for tensorpack: _get_augment_params(img) and _augment(img, param)
+            get_params = getattr(self, "_get_augment_params", None)
+            param = get_params(img) if get_params is not None else None
+            return PhotometricTransform(_CallWithParam(self._augment, param), name=type(self).__name__)
         params = self._get_params(img)
-        # functools.partial of a bound method pickles, unlike a lambda.
-        return PhotometricTransform(partial(self._apply, params=params),
-                                    name=f"{type(self).__name__}({params!r})")
+        return PhotometricTransform(_CallWithParam(self._apply, params), name=f"{type(self).__name__}({params!r})")
+
+
+Augmentor = ImageAugmentor  # tensorpack's older name for the same class
+
+
+def __getattr__(name: str):
+    # tensorpack's tests import AugmentorList from imgaug.base; it lives in compose.py
+    # (which imports this module), so it is looked up on first access.
+    if name == "AugmentorList":
+        from .compose import AugmentorList
+        return AugmentorList
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

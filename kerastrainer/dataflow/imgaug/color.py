@@ -1,4 +1,4 @@
-"""Colour jitter: brightness, contrast and saturation.
+"""Colour jitter: brightness, contrast, saturation, hue and gamma.
 
 Values are taken to be on the [0, 255] scale (uint8 images, or float images made
 by ``ToFloat32``). uint8 in gives uint8 out, clipped; float results are clipped to
@@ -13,7 +13,7 @@ import numpy as np
 from ._cv2 import cv2
 from .base import PhotometricAugmentor
 
-__all__ = ["Brightness", "BrightnessScale", "Contrast", "Saturation"]
+__all__ = ["Brightness", "BrightnessScale", "Contrast", "Saturation", "Hue", "Gamma"]
 
 
 def _check_range(r, who: str, name: str) -> Tuple[float, float]:
@@ -132,3 +132,64 @@ class Saturation(PhotometricAugmentor):
         img *= v
         img += grey * (1 - v)
         return img
+
+
+class Hue(PhotometricAugmentor):
+    """Rotate the hue by a random offset drawn from ``range``, in OpenCV's 8-bit hue
+    units (0-180 is the full circle; ``(-90, 90)`` covers every shift).
+
+    uint8 images go through OpenCV's 8-bit HSV; float images through its float HSV
+    (hue in degrees, so the offset is doubled), which works on any value scale.
+
+    Example::
+
+        Hue((-10, 10), rgb=False).augment(bgr_img)
+    """
+
+    def __init__(self, range: Tuple[float, float] = (0, 180), rgb: bool = True):  # noqa: A002 (tensorpack's name)
+        super().__init__()
+        self.range, self.rgb = _check_range(range, "Hue", "range"), bool(rgb)
+
+    def _get_params(self, img):
+        _check_three_channels(img, "Hue")
+        return float(self._rand_range(*self.range))
+
+    def _apply(self, img, hue):
+        to_hsv, from_hsv = ((cv2.COLOR_RGB2HSV, cv2.COLOR_HSV2RGB) if self.rgb
+                            else (cv2.COLOR_BGR2HSV, cv2.COLOR_HSV2BGR))
+        if img.dtype == np.uint8:
+            hsv = cv2.cvtColor(img, to_hsv)
+            hsv[..., 0] = ((hsv[..., 0].astype(np.int32) + int(round(hue))) % 180).astype(np.uint8)
+            return cv2.cvtColor(hsv, from_hsv)
+        hsv = cv2.cvtColor(img.astype(np.float32), to_hsv)
+        hsv[..., 0] = (hsv[..., 0] + 2 * hue) % 360
+        return cv2.cvtColor(hsv, from_hsv).astype(img.dtype, copy=False)
+
+
+class Gamma(PhotometricAugmentor):
+    """Gamma correction ``x -> 255 (x / 255) ** (1 / (1 + g))`` with ``g`` drawn from
+    ``range``, through a lookup table on the image rounded to uint8 (tensorpack's
+    behaviour); the result has the input's dtype.
+
+    Example::
+
+        Gamma((-0.3, 0.3)).augment(img)
+    """
+
+    def __init__(self, range: Tuple[float, float] = (-0.5, 0.5)):  # noqa: A002 (tensorpack's name)
+        super().__init__()
+        lo, hi = _check_range(range, "Gamma", "range")
+        if lo <= -1:
+            raise ValueError(f"Gamma: range must stay above -1 (the exponent is 1 / (1 + g)), got {range!r}.")
+        self.range = (lo, hi)
+
+    def _get_params(self, img):
+        return float(self._rand_range(*self.range))
+
+    def _apply(self, img, gamma):
+        lut = ((np.arange(256, dtype=np.float32) / 255) ** (1.0 / (1.0 + gamma)) * 255).astype(np.uint8)
+        src = img if img.dtype == np.uint8 else np.clip(img, 0, 255).astype(np.uint8)
+        out = cv2.LUT(src, lut)
+        if img.ndim == 3 and out.ndim == 2:
+            out = out[:, :, np.newaxis]
+        return out.astype(img.dtype, copy=False)

@@ -4,11 +4,14 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence, Tuple, Union
 
+import numpy as np
+
+from ...utils import logger
 from .base import ImageAugmentor
 from .resize import parse_shape
-from .transform import CropTransform, ResizeTransform, TransformList
+from .transform import CropTransform, PhotometricTransform, ResizeTransform, TransformList
 
-__all__ = ["RandomCrop", "CenterCrop", "GoogleNetRandomCropAndResize"]
+__all__ = ["RandomCrop", "CenterCrop", "GoogleNetRandomCropAndResize", "RandomCropRandomShape", "RandomCutout"]
 
 
 def _check_fits(img, crop_h: int, crop_w: int, who: str) -> None:
@@ -137,3 +140,76 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
         nh, nw = self.fallback_size(h, w)
         return TransformList([ResizeTransform(h, w, nh, nw, self.interp),
                               CropTransform((nh - th) // 2, (nw - tw) // 2, th, tw)])
+
+
+class RandomCropRandomShape(ImageAugmentor):
+    """Crop a window of random height in ``[hmin, hmax]`` and width in ``[wmin, wmax]``
+    (both inclusive; a missing max is the image's size) at a uniformly random position.
+
+    Example::
+
+        RandomCropRandomShape(wmin=20, hmin=20).augment(img)
+    """
+
+    def __init__(self, wmin: int, hmin: int, wmax: Optional[int] = None, hmax: Optional[int] = None,
+                 max_aspect_ratio: Optional[float] = None):
+        """
+        Args:
+            max_aspect_ratio: never implemented by tensorpack either; accepted with a warning.
+        """
+        super().__init__()
+        if max_aspect_ratio is not None:
+            logger.warning("RandomCropRandomShape(max_aspect_ratio=%r) has no effect (as in tensorpack).",
+                           max_aspect_ratio)
+        self.wmin, self.hmin = int(wmin), int(hmin)
+        self.wmax, self.hmax = wmax, hmax
+        if self.wmin <= 0 or self.hmin <= 0:
+            raise ValueError(f"RandomCropRandomShape: wmin and hmin must be positive, got {wmin!r}, {hmin!r}.")
+
+    def get_transform(self, img):
+        h, w = img.shape[:2]
+        hmax = h if self.hmax is None else int(self.hmax)
+        wmax = w if self.wmax is None else int(self.wmax)
+        if not (self.hmin <= hmax <= h and self.wmin <= wmax <= w):
+            raise ValueError(f"RandomCropRandomShape: cannot crop [{self.hmin}, {hmax}] x [{self.wmin}, {wmax}] "
+                             f"(HxW) from an image of {h}x{w}.")
+        ch = self.rng.randint(self.hmin, hmax + 1)
+        cw = self.rng.randint(self.wmin, wmax + 1)
+        return CropTransform(self.rng.randint(0, h - ch + 1), self.rng.randint(0, w - cw + 1), ch, cw)
+
+
+class _Cutout:
+    def __init__(self, y0, x0, h, w, fill):
+        self.y0, self.x0, self.h, self.w, self.fill = y0, x0, h, w, fill
+
+    def __call__(self, img):
+        out = img.copy()
+        out[self.y0:self.y0 + self.h, self.x0:self.x0 + self.w] = self.fill
+        return out
+
+
+class RandomCutout(ImageAugmentor):
+    """Cutout (DeVries and Taylor, 2017): fill a random rectangle with ``fill``.
+
+    ``h_range`` / ``w_range``: the rectangle's height / width, an int or a ``[low, high)`` range.
+
+    Example::
+
+        RandomCutout(8, 8).augment(img)
+    """
+
+    def __init__(self, h_range: Union[int, Tuple[int, int]], w_range: Union[int, Tuple[int, int]],
+                 fill: float = 0.0):
+        super().__init__()
+        self.h_range, self.w_range, self.fill = h_range, w_range, fill
+
+    def _draw(self, r):
+        return int(r) if isinstance(r, (int, np.integer)) else int(self.rng.randint(*r))
+
+    def get_transform(self, img):
+        ch, cw = self._draw(self.h_range), self._draw(self.w_range)
+        h, w = img.shape[:2]
+        if ch > h or cw > w:
+            raise ValueError(f"RandomCutout: a {ch}x{cw} rectangle does not fit in an image of {h}x{w}.")
+        y0, x0 = self.rng.randint(0, h - ch + 1), self.rng.randint(0, w - cw + 1)
+        return PhotometricTransform(_Cutout(y0, x0, ch, cw, self.fill), "RandomCutout")

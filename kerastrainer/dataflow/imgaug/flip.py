@@ -1,6 +1,8 @@
 """Random mirroring."""
 from __future__ import annotations
 
+from typing import Optional
+
 from .base import ImageAugmentor
 from .transform import FlipTransform, NoOpTransform
 
@@ -11,15 +13,18 @@ class Flip(ImageAugmentor):
     """Mirror the image with probability ``prob``.
 
     ``horiz`` flips left-right, ``vert`` top-bottom; with both set, each is drawn
-    independently.
+    independently. ``Flip()`` flips left-right; ``Flip(vert=True)`` only top-bottom
+    (as in tensorpack).
 
     Example::
 
         Flip(horiz=True, prob=0.5).augment(img)
     """
 
-    def __init__(self, horiz: bool = True, vert: bool = False, prob: float = 0.5):
+    def __init__(self, horiz: Optional[bool] = None, vert: bool = False, prob: float = 0.5):
         super().__init__()
+        if horiz is None:
+            horiz = not vert
         if not (horiz or vert):
             raise ValueError("Flip: set horiz=True and/or vert=True; with neither it would do nothing.")
         if not 0.0 <= float(prob) <= 1.0:

@@ -24,7 +24,8 @@ import numpy as np
 from ._cv2 import cv2
 
 __all__ = ["Transform", "NoOpTransform", "TransformList", "ResizeTransform", "CropTransform",
-           "FlipTransform", "PhotometricTransform", "FunctionTransform"]
+           "FlipTransform", "PhotometricTransform", "FunctionTransform", "TransformFactory",
+           "WarpAffineTransform", "TransposeTransform", "LazyTransform"]
 
 
 def _check_size(img: np.ndarray, h: int, w: int, what: str) -> None:
@@ -52,6 +53,12 @@ class Transform:
     def apply_mask(self, mask: np.ndarray) -> np.ndarray:
         return self.apply_image(mask)
 
+    def _init(self, params: Optional[dict] = None) -> None:
+        """tensorpack's idiom ``self._init(locals())``: keep the constructor's arguments."""
+        for k, v in (params or {}).items():
+            if k != "self" and not k.startswith("_"):
+                setattr(self, k, v)
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
@@ -75,6 +82,17 @@ class TransformList(Transform):
 
     def __init__(self, transforms: Sequence[Transform]):
         self.transforms = list(transforms)
+
+    @property
+    def tfms(self):
+        """tensorpack's name of :attr:`transforms`."""
+        return self.transforms
+
+    def __add__(self, other):
+        return TransformList(self.transforms + (other.transforms if isinstance(other, TransformList) else [other]))
+
+    def __radd__(self, other):
+        return TransformList((other.transforms if isinstance(other, TransformList) else [other]) + self.transforms)
 
     def apply_image(self, img):
         for t in self.transforms:
@@ -141,10 +159,15 @@ class CropTransform(Transform):
 
 
 class FlipTransform(Transform):
-    """Mirror an ``h x w`` image left-right (``horiz``) and/or top-bottom (``vert``)."""
+    """Mirror an ``h x w`` image left-right (``horiz``) and/or top-bottom (``vert``).
 
-    def __init__(self, h: int, w: int, horiz: bool = True, vert: bool = False):
-        self.h, self.w, self.horiz, self.vert = int(h), int(w), bool(horiz), bool(vert)
+    ``vert`` defaults to ``not horiz``, so tensorpack's ``FlipTransform(h, w, False)``
+    is a vertical flip, as there.
+    """
+
+    def __init__(self, h: int, w: int, horiz: bool = True, vert: Optional[bool] = None):
+        self.h, self.w, self.horiz = int(h), int(w), bool(horiz)
+        self.vert = (not self.horiz) if vert is None else bool(vert)
 
     def apply_image(self, img):
         _check_size(img, self.h, self.w, "FlipTransform")
@@ -210,3 +233,106 @@ class FunctionTransform(Transform):
                 f"The image function {self.image_func!r} has no coordinate function; pass "
                 "coords_func=... to MapImage to transform coordinates too.")
         return self.coords_func(coords)
+
+
+class TransformFactory(Transform):
+    """A transform made of user functions given by name (tensorpack's API).
+
+    Example::
+
+        t = TransformFactory(name="invert", apply_image=lambda im: 255 - im,
+                             apply_coords=lambda c: c)
+    """
+
+    def __init__(self, name: Optional[str] = None, **kwargs: Callable):
+        for k, v in kwargs.items():
+            if not k.startswith("apply_"):
+                raise KeyError(f"TransformFactory: unknown argument {k!r}; give apply_image=, apply_coords=, "
+                               "apply_mask=... functions.")
+            setattr(self, k, v)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"TransformFactory({self.name or ''})"
+
+
+class WarpAffineTransform(Transform):
+    """``cv2.warpAffine`` by the 2x3 matrix ``mat`` into an image of ``dsize = (w, h)``.
+
+    Masks are warped with nearest-neighbour interpolation; coordinates by the same matrix.
+    """
+
+    def __init__(self, mat, dsize, interp: Optional[int] = None, borderMode: Optional[int] = None,  # noqa: N803
+                 borderValue=0):  # noqa: N803 (tensorpack's argument names)
+        self.mat = np.asarray(mat, dtype=np.float32).reshape(2, 3)
+        self.dsize = (int(dsize[0]), int(dsize[1]))
+        self.interp = cv2.INTER_LINEAR if interp is None else interp
+        self.borderMode = cv2.BORDER_CONSTANT if borderMode is None else borderMode
+        self.borderValue = borderValue
+
+    def _warp(self, img, interp):
+        out = cv2.warpAffine(img, self.mat, self.dsize, flags=interp, borderMode=self.borderMode,
+                             borderValue=self.borderValue)
+        if img.ndim == 3 and out.ndim == 2:
+            out = out[:, :, np.newaxis]
+        return out
+
+    def apply_image(self, img):
+        return self._warp(img, self.interp)
+
+    def apply_mask(self, mask):
+        return self._warp(mask, cv2.INTER_NEAREST)
+
+    def apply_coords(self, coords):
+        coords = np.asarray(coords, dtype=np.float32)
+        return np.concatenate([coords, np.ones((coords.shape[0], 1), np.float32)], axis=1) @ self.mat.T
+
+
+class TransposeTransform(Transform):
+    """Swap the image's height and width axes (and x and y of coordinates)."""
+
+    def apply_image(self, img):
+        out = cv2.transpose(img)
+        if img.ndim == 3 and out.ndim == 2:
+            out = out[:, :, np.newaxis]
+        return out
+
+    def apply_coords(self, coords):
+        return np.asarray(coords, dtype=np.float32)[:, ::-1].copy()
+
+
+class LazyTransform(Transform):
+    """A transform drawn from the first image it is applied to (``get_transform(img)``);
+    later calls, and coordinates and masks after that, replay it."""
+
+    def __init__(self, get_transform: Callable[[np.ndarray], Transform]):
+        self.get_transform = get_transform
+        self._transform: Optional[Transform] = None
+
+    def apply_image(self, img):
+        if self._transform is None:
+            self._transform = self.get_transform(img)
+        return self._transform.apply_image(img)
+
+    def _drawn(self, what: str) -> Transform:
+        if self._transform is None:
+            raise RuntimeError(f"LazyTransform.{what} was called before the transform was applied to an image; "
+                               "apply_image first.")
+        return self._transform
+
+    def apply_coords(self, coords):
+        return self._drawn("apply_coords").apply_coords(coords)
+
+    def apply_mask(self, mask):
+        return self._drawn("apply_mask").apply_mask(mask)
+
+    def __repr__(self) -> str:
+        return repr(self._transform) if self._transform is not None else f"LazyTransform({self.get_transform!r})"
+
+
+def __getattr__(name: str):
+    # tensorpack's legacy alias of ImageAugmentor, kept in this module there
+    if name == "TransformAugmentorBase":
+        from .base import ImageAugmentor
+        return ImageAugmentor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
