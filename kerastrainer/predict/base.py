@@ -23,7 +23,7 @@ class _InferenceTarget:
 
 def build_model_for_inference(model, session_init) -> _InferenceTarget:
     """Create the model's variables (once) and load weights into them."""
-    model.get_tower_function().build()
+    model.get_tower_function().build(require_cost=False)  # an inference-only build_graph returns nothing
     target = _InferenceTarget(model.get_model_variables())
     session_init.init(target)
     return target

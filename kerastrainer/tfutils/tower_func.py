@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from ..compat.keras_phase import keras_training_phase
 from ..compat.variables import tf1_variables_in_store
-from .layer_store import LayerStore
+from .layer_store import LayerStore, log_layer_shapes
 from .tower import TowerContext
 
 __all__ = ["TowerFunction", "ModelVariables"]
@@ -110,8 +110,12 @@ class TowerFunction:
             cost = tf.autograph.experimental.do_not_convert(self.fn)(*inputs)
         return cost, ctx
 
-    def build(self, total: int = 1) -> None:
-        """Create all variables by tracing the training tower once (call in the strategy's scope)."""
+    def build(self, total: int = 1, require_cost: bool = True) -> None:
+        """Create all variables by tracing the training tower once (call in the strategy's scope).
+
+        ``require_cost=False`` (predictors, exporters) accepts an inference-only tower
+        function that returns nothing, as tensorpack did.
+        """
         if self._built:
             return
         found = {}
@@ -143,7 +147,10 @@ class TowerFunction:
                 tf.function(trace, autograph=False).get_concrete_function(*self.input_signature)
         finally:
             self.layer_store.allow_create = False
+        log_layer_shapes(self.layer_store)
         cost = found["cost"]
+        if cost is None and not require_cost:
+            cost = tf.constant(0.0)
         if not isinstance(cost, (tf.Tensor, tf.Variable)) and not hasattr(cost, "dtype"):
             raise TypeError(f"build_graph must return the cost tensor; it returned {type(cost).__name__}.")
         if cost.shape.rank not in (0, None):
