@@ -4,7 +4,12 @@ The adapter's ``inputs()`` are the model's inputs followed by its targets (named
 see :class:`~kerastrainer.keras.structure.ModelIO`); its tower function runs
 ``model(x, training=ctx.is_training)`` in the tower context, computes the compiled
 loss plus ``sum(model.losses)`` (regularizers), records the loss and metrics with
-``add_moving_summary`` under Keras' log names, and returns the loss. Tensors are
+``add_moving_summary`` under Keras' log names, and returns the loss. With
+``global_batch=True`` (``KerasModel``'s own data) the last input is the replica's
+share of the global batch (:data:`~kerastrainer.keras.data.SHARE_SPEC`); the
+training tower multiplies its loss by it, so that replicas of an unevenly split
+batch (47 and 46 samples of 93) give the whole batch's mean loss and gradient
+once the trainer averages them. Tensors are
 named for predictors and ``InferenceRunner``: ``'loss'``, each statistic (e.g.
 ``'accuracy'``), and each output as ``'<output>_output'``.
 
@@ -29,6 +34,7 @@ from ..tfutils.summary import add_moving_summary
 from ..tfutils.tower import get_current_tower_context
 from ..tfutils.tower_func import ModelVariables
 from ..train.model_desc import ModelDesc
+from .data import SHARE_SPEC
 from .objectives import Objectives
 from .structure import ModelIO, _safe_name
 from .variables import place_on_strategy, rekey_optimizer, unique_variables
@@ -44,13 +50,16 @@ class KerasModelDesc(ModelDesc):
         io: the model's flat inputs and targets.
         objectives: the resolved losses and metrics.
         optimizer: a Keras optimizer.
+        global_batch: the inputs end with the replica's share of the global batch.
     """
 
-    def __init__(self, model: keras.Model, io: ModelIO, objectives: Objectives, optimizer):
+    def __init__(self, model: keras.Model, io: ModelIO, objectives: Objectives, optimizer,
+                 global_batch: bool = False):
         self._keras_model = model
         self._io = io
         self._objectives = objectives
         self._keras_optimizer = optimizer
+        self._global_batch = bool(global_batch)
         self._placed_on = None
 
     @property
@@ -71,7 +80,7 @@ class KerasModelDesc(ModelDesc):
 
     # --- ModelDesc --------------------------------------------------------------------------
     def inputs(self) -> List[tf.TensorSpec]:
-        return self._io.signature
+        return self._io.signature + ([SHARE_SPEC] if self._global_batch else [])
 
     def compute(self, tensors: Sequence[tf.Tensor], training: bool):
         """``(loss, {statistic: tensor}, {output: tensor})`` of one batch of flat inputs and targets.
@@ -81,7 +90,7 @@ class KerasModelDesc(ModelDesc):
         io = self._io
         n_in = len(io.input_specs)
         x = io.pack_inputs(tensors[:n_in])
-        y_true = dict(zip(io.target_outputs, tensors[n_in:]))
+        y_true = dict(zip(io.target_outputs, tensors[n_in:n_in + len(io.target_outputs)]))
         y_pred = io.outputs_by_name(self._keras_model(x, training=training))
         y_pred = {name: tf.identity(t, name=self.output_tensor_name(name)) for name, t in y_pred.items()}
         with tf.name_scope("objectives"):
@@ -97,6 +106,9 @@ class KerasModelDesc(ModelDesc):
         ctx = get_current_tower_context()
         training = bool(ctx.is_training) if ctx is not None else False
         loss, stats, _ = self.compute(tensors, training)
+        if training and self._global_batch:
+            # weighted by the replica's share: the replicas' mean is the whole batch's loss
+            loss = tf.identity(loss * tf.cast(tensors[-1], loss.dtype), name="weighted_loss")
         # the loss itself is the trainer's 'cost' (averaged over replicas); Keras logs call it 'loss'
         if stats:
             add_moving_summary(*stats.values(), names=list(stats))

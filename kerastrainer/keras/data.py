@@ -12,7 +12,10 @@ into an InputSource for the trainer:
 The batch is **global**: with N replicas each global batch is split into N
 per-replica batches (sizes differ by at most one when the batch does not divide
 evenly; a batch smaller than N is dropped). This is Keras' rule; ModelDesc
-trainers instead take one DataFlow batch per tower.
+trainers instead take one DataFlow batch per tower. Each flat batch ends with one
+more component, the replica's *share* ``n_replica * N / n_global`` (1.0 for an
+even split or a whole batch): the tower weights its loss by it, so uneven splits
+give the whole batch's loss and gradients.
 
 Example::
 
@@ -34,9 +37,12 @@ from ..input_source.dataset import TFDatasetInput
 from ..input_source.queue import QueueInput
 from ..utils import logger
 
-__all__ = ["KerasData", "as_keras_data", "ArrayBatches", "SplitBatches", "PyDatasetFlow", "TFDatasetFlow"]
+__all__ = ["KerasData", "as_keras_data", "ArrayBatches", "SplitBatches", "PyDatasetFlow", "TFDatasetFlow",
+           "SHARE_SPEC"]
 
 DEFAULT_BATCH_SIZE = 32
+#: the last component of every flat batch: the replica's share of the global batch
+SHARE_SPEC = tf.TensorSpec([], tf.float32, name="replica_share")
 
 
 def _leaves(struct) -> list:
@@ -144,30 +150,37 @@ class TFDatasetFlow(DataFlow):
 
 
 class _FlatBatches(ProxyDataFlow):
-    """Flat ``[inputs..., targets...]`` lists from datapoints of any accepted form."""
+    """Flat ``[inputs..., targets...]`` lists from datapoints of any accepted form
+    (``[..., share]`` with ``with_share``: a whole batch's share is 1)."""
 
-    def __init__(self, ds, flatten: Callable):
+    def __init__(self, ds, flatten: Callable, with_share: bool = False):
         super().__init__(ds)
         self.flatten = flatten
+        self.with_share = with_share
 
     def __iter__(self):
         for dp in self.ds:
-            yield [np.asarray(c) for c in self.flatten(dp)]
+            flat = [np.asarray(c) for c in self.flatten(dp)]
+            yield flat + [np.float32(1.0)] if self.with_share else flat
 
 
 class SplitBatches(ProxyDataFlow):
     """Split each flat global batch into ``num_parts`` per-replica batches (Keras' global-batch rule).
 
-    Batches smaller than ``num_parts`` are dropped, with one warning.
+    Batches smaller than ``num_parts`` are dropped, with one warning. With
+    ``with_share`` each part ends with its share ``len(part) * num_parts / len(batch)``
+    (a float32 scalar): the loss of a part weighted by its share, averaged over the
+    parts, is the loss of the whole batch.
 
     Example::
 
-        ds = SplitBatches(ds, 2)    # a batch of 64 -> two batches of 32
+        ds = SplitBatches(ds, 2)    # a batch of 64 -> two batches of 32; 93 -> 47 and 46
     """
 
-    def __init__(self, ds, num_parts: int):
+    def __init__(self, ds, num_parts: int, with_share: bool = False):
         super().__init__(ds)
         self.num_parts = int(num_parts)
+        self.with_share = with_share
         self._warned = False
 
     def __len__(self) -> int:
@@ -185,7 +198,10 @@ class SplitBatches(ProxyDataFlow):
                 continue
             bounds = [(i * size) // n for i in range(n + 1)]
             for i in range(n):
-                yield [c[bounds[i]:bounds[i + 1]] for c in dp]
+                part = [c[bounds[i]:bounds[i + 1]] for c in dp]
+                if self.with_share:
+                    part.append(np.float32((bounds[i + 1] - bounds[i]) * n / size))
+                yield part
 
 
 class _Peeked(ProxyDataFlow):
@@ -223,13 +239,19 @@ class _Peeked(ProxyDataFlow):
 
 
 def _split_dataset(ds: tf.data.Dataset, n: int) -> tf.data.Dataset:
-    """Each flat global batch -> ``n`` consecutive per-replica batches (batches smaller than n dropped)."""
+    """Each flat global batch -> ``n`` consecutive per-replica batches and their shares (see
+    :class:`SplitBatches`); batches smaller than n are dropped."""
     ds = ds.filter(lambda *c: tf.shape(c[0], out_type=tf.int64)[0] >= n)
     index = tf.data.Dataset.range(n)
 
     def expand(*comps):
         size = tf.shape(comps[0], out_type=tf.int64)[0]
-        return index.map(lambda i: tuple(c[(i * size) // n:((i + 1) * size) // n] for c in comps))
+
+        def part(i):
+            lo, hi = (i * size) // n, ((i + 1) * size) // n
+            share = tf.cast((hi - lo) * n, tf.float32) / tf.cast(size, tf.float32)
+            return tuple(c[lo:hi] for c in comps) + (share,)
+        return index.map(part)
 
     return ds.flat_map(expand)
 
@@ -246,22 +268,26 @@ class KerasData:
         self.first = first          # the first datapoint: (x, y) or a flat list / dict
         self.steps = steps          # global batches in one pass, or None when unknown
 
-    def flat_dataflow(self, flatten: Callable) -> DataFlow:
-        """A DataFlow of flat numpy batches ``[inputs..., targets...]`` (global batches)."""
+    def flat_dataflow(self, flatten: Callable, with_share: bool = False) -> DataFlow:
+        """A DataFlow of flat numpy batches ``[inputs..., targets...]`` (global batches), ending
+        with the share 1.0 when ``with_share``."""
         if self.kind == "dataset":
-            return _FlatBatches(TFDatasetFlow(self.source), flatten)
-        return _FlatBatches(self.source, flatten)
+            return _FlatBatches(TFDatasetFlow(self.source), flatten, with_share)
+        return _FlatBatches(self.source, flatten, with_share)
 
     def make_input(self, flatten: Callable, num_replicas: int) -> Tuple[InputSource, Optional[int]]:
-        """``(InputSource, steps per epoch)``; each global batch is split over ``num_replicas``."""
+        """``(InputSource, steps per epoch)``; each global batch is split over ``num_replicas``,
+        each part followed by its share (see :class:`SplitBatches`)."""
         if self.kind == "dataset":
             ds = self.source.map(lambda *e: tuple(flatten(e if len(e) > 1 else e[0])))
             if num_replicas > 1:
                 ds = _split_dataset(ds, num_replicas)
+            else:
+                ds = ds.map(lambda *c: tuple(c) + (tf.constant(1.0),))
             return TFDatasetInput(ds), self.steps
         flow = _FlatBatches(self.source, flatten)
-        if num_replicas > 1:
-            flow = SplitBatches(flow, num_replicas)
+        flow = SplitBatches(flow, num_replicas, with_share=True) if num_replicas > 1 else \
+            _FlatBatches(self.source, flatten, with_share=True)
         return QueueInput(flow), self.steps
 
 

@@ -9,8 +9,13 @@ devices): the multi-step ``tf.function``, the in-graph input queue, kerastrainer
 callbacks and monitors, checkpoints.
 
 **Batches are global** (Keras' rule): with N replicas each batch of the data is
-split into N per-replica batches. ModelDesc trainers instead give each tower its
-own DataFlow batch (tensorpack's rule).
+split into N per-replica batches, and each replica's loss is weighted by its share
+of the batch, so any batch size gives the single-device numbers. With several
+workers (``MultiWorkerTrainer``, ``HorovodTrainer``) ``batch_size`` is the global
+batch of all workers and each worker reads its own shard of the data (see
+:meth:`KerasModel.fit`). ModelDesc trainers instead give each tower its own
+DataFlow batch (tensorpack's rule), and so does an ``InputSource`` given as
+``input`` (tensorpack's ``KerasModel`` contract, below).
 
 Example::
 
@@ -24,10 +29,28 @@ Example::
     history = km.fit(validation_data=(x_test, y_test), max_epoch=5, batch_size=64,
                      callbacks=[ModelSaver(), keras.callbacks.EarlyStopping('val_loss')])
     km.model.save('mnist.keras')
+
+tensorpack's contract (``tensorpack.contrib.keras.KerasModel``) works too: ``get_model``
+takes the input tensors (``keras.Input`` s made from ``input_signature``), ``input`` is
+an ``InputSource`` (or a DataFlow), and ``fit()`` runs to ``TrainConfig``'s default
+``max_epoch`` unless told otherwise::
+
+    def get_model(image):
+        return keras.Sequential([keras.layers.InputLayer(input_tensor=image), keras.layers.Flatten(),
+                                 keras.layers.Dense(10, activation='softmax')])
+
+    km = KerasModel(get_model,
+                    input_signature=[tf.TensorSpec([None, 28, 28, 1], tf.float32, 'images')],
+                    target_signature=[tf.TensorSpec([None, 10], tf.float32, 'labels')],
+                    input=QueueInput(train_df))
+    km.compile(optimizer=keras.optimizers.Adam(1e-3), loss='categorical_crossentropy',
+               metrics='categorical_accuracy')
+    km.fit(validation_data=test_df, steps_per_epoch=len(train_df), max_epoch=5, callbacks=[ModelSaver()])
 """
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Callable, List, Optional, Sequence, Union
 
 import keras
@@ -36,15 +59,19 @@ import tensorflow as tf
 
 from ..callbacks.inference import ScalarStats
 from ..callbacks.inference_runner import InferenceRunner
+from ..dataflow.base import is_dataflow
+from ..input_source.base import InputSource
 from ..train.base import Trainer
 from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, TrainConfig
 from ..train.interface import launch_train_with_config
 from ..train.trainers import SimpleTrainer
+from ..utils import logger
+from ..utils.cluster import ShardedDataFlow, shard_dataflow
 from .adapter import KerasModelDesc
 from .callbacks import KerasCallback, wrap_keras_callbacks
-from .data import KerasData, as_keras_data
+from .data import DEFAULT_BATCH_SIZE, KerasData, _map, as_keras_data
 from .objectives import Objectives
-from .structure import KerasSignatureError, ModelIO, flatten_xy
+from .structure import KerasSignatureError, ModelIO, as_spec_list, flatten_xy
 from .variables import place_off_strategy, rekey_optimizer, unique_variables
 
 __all__ = ["KerasModel"]
@@ -88,42 +115,121 @@ def _output_names(model: keras.Model, y_pred) -> (List[str], str):
     return ([names[0]] if len(names) == 1 else ["output"]), "single"
 
 
+def _takes_inputs(fn) -> bool:
+    """Whether ``get_model`` takes the input tensors (tensorpack's contract) rather than nothing."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind == p.VAR_POSITIONAL or (p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                                              and p.default is p.empty) for p in params)
+
+
+def _keras_inputs(specs: List[tf.TensorSpec]) -> list:
+    """One ``keras.Input`` per spec (the batch axis left out), named after the spec."""
+    out = []
+    for i, s in enumerate(specs):
+        shape = tf.TensorShape(s.shape)
+        if shape.rank is None or shape.rank < 1:
+            raise KerasSignatureError(f"input_signature[{i}] has shape {shape}; a Keras input needs a batch axis "
+                                      "first, e.g. tf.TensorSpec([None, 28, 28, 1], tf.float32, 'image').")
+        out.append(keras.Input(shape=tuple(shape.as_list()[1:]), dtype=s.dtype.name, name=s.name or None))
+    return out
+
+
+def _zeros_like_specs(specs: List[tf.TensorSpec]):
+    """A one-sample batch of zeros per spec (unknown sizes become 1): a stand-in first datapoint."""
+    arrays = [np.zeros([1] + [d if d is not None else 1 for d in tf.TensorShape(s.shape).as_list()[1:]],
+                       dtype=s.dtype.as_numpy_dtype) for s in specs]
+    return arrays[0] if len(arrays) == 1 else arrays
+
+
+def _worker_rank_size(trainer: Trainer) -> (int, int):
+    """(rank, number of workers) of a multi-process trainer; (0, 1) for the others."""
+    size = int(getattr(trainer, "size", 1) or 1)
+    return (int(getattr(trainer, "rank", 0) or 0), size) if size > 1 else (0, 1)
+
+
+def _shard(data_arg, batch_size: Optional[int], rank: int, size: int):
+    """This worker's part of ``data_arg`` and its local batch size (``batch_size`` is global).
+
+    numpy arrays: every ``size``-th sample, ``batch_size / size`` of them a step; a
+    ``tf.data.Dataset``: ``Dataset.shard``; a DataFlow: every ``size``-th batch (its
+    batches are per worker). A ``KerasData``, a ``ShardedDataFlow`` or a PyDataset
+    (sharded after conversion) are returned as they are.
+    """
+    if isinstance(data_arg, (KerasData, ShardedDataFlow, keras.utils.PyDataset)):
+        return data_arg, batch_size
+    if isinstance(data_arg, tf.data.Dataset):
+        return data_arg.shard(size, rank), batch_size
+    if is_dataflow(data_arg):
+        return shard_dataflow(data_arg, rank, size), batch_size
+    if not (isinstance(data_arg, tuple) and len(data_arg) == 2):
+        return data_arg, batch_size  # as_keras_data explains what it takes
+    x, y = data_arg
+    global_batch = batch_size or DEFAULT_BATCH_SIZE
+    if global_batch % size:
+        raise ValueError(f"batch_size={global_batch} is the global batch of {size} workers: make it a multiple "
+                         f"of {size} (each worker takes batch_size / {size} samples a step).")
+    take = lambda a: np.asarray(a)[rank::size]  # noqa: E731
+    return (_map(take, x), _map(take, y)), global_batch // size
+
+
 class KerasModel:
     """Train a ``keras.Model`` with a kerastrainer trainer (see the module doc).
 
     Args:
-        get_model: a callable returning a ``keras.Model`` (tensorpack's convention), or
-            the model itself.
+        get_model: the model itself, a callable returning it, or (tensorpack's contract)
+            a callable taking the input tensors, ``get_model(*inputs)``: it is called once
+            with one ``keras.Input`` per ``input_signature`` spec.
         input_signature: ``tf.TensorSpec`` (s) of the model's inputs; inferred from the
             model and the first batch when left out.
         target_signature: ``tf.TensorSpec`` (s) of the targets, one per output with a
             loss; inferred from the first batch when left out.
         input: the training data: ``(x, y)`` numpy arrays, a ``tf.data.Dataset``, a
             ``keras.utils.PyDataset`` or a DataFlow of ``(x, y)`` (or flat
-            ``[inputs..., targets...]``) batches. It can also be given to :meth:`fit`.
+            ``[inputs..., targets...]``) batches: global batches. Or an ``InputSource``
+            (``QueueInput(df)``...) of flat ``[inputs..., targets...]`` batches, which,
+            as in tensorpack, feeds each replica its own batch; it needs both signatures.
+            The data can also be given to :meth:`fit`.
         trainer: a kerastrainer Trainer (default ``SimpleTrainer()``). A trainer runs
-            one ``fit``; later ``fit`` calls use a fresh copy of the one given.
+            one ``fit``: the first uses the one given, later ones a fresh copy of it.
     """
 
     def __init__(self, get_model: Union[Callable[[], keras.Model], keras.Model], input_signature=None,
                  target_signature=None, input=None, trainer: Optional[Trainer] = None):  # noqa: A002
+        self._tensorpack_form = isinstance(input, InputSource)
         if isinstance(get_model, keras.Model):
             model = get_model
         elif callable(get_model):
-            model = get_model()
+            if _takes_inputs(get_model):
+                if input_signature is None:
+                    raise ValueError("get_model takes the input tensors (tensorpack's contract): give "
+                                     "KerasModel(input_signature=[tf.TensorSpec(...), ...]) to make them from.")
+                self._tensorpack_form = True
+                model = get_model(*_keras_inputs(as_spec_list(input_signature, "input_signature")))
+            else:
+                model = get_model()
             if not isinstance(model, keras.Model):
-                raise TypeError(f"get_model() must return a keras.Model; it returned {type(model).__name__}.")
+                raise TypeError(f"get_model must return a keras.Model; it returned {type(model).__name__}.")
         else:
             raise TypeError(f"KerasModel needs a keras.Model or a function returning one; got "
                             f"{type(get_model).__name__}.")
         if trainer is not None and not isinstance(trainer, Trainer):
             raise TypeError(f"trainer must be a kerastrainer Trainer instance (e.g. SimpleTrainer()); got "
                             f"{type(trainer).__name__}.")
+        if isinstance(input, InputSource) and (input_signature is None or target_signature is None):
+            raise ValueError(f"input={type(input).__name__}(...) is an InputSource: give input_signature= and "
+                             "target_signature= too (the specs of its flat [inputs..., targets...] batches).")
         self.model = model
         self.input_signature = input_signature
         self.target_signature = target_signature
         self.input = input
-        self._trainer_template = copy.deepcopy(trainer) if trainer is not None else None
+        self._fresh_trainer = trainer
+        try:  # a pristine copy for later fits (a trainer holding a live cluster cannot be copied)
+            self._trainer_template = copy.deepcopy(trainer) if trainer is not None else None
+        except Exception:  # noqa: BLE001
+            self._trainer_template = None
         self._compile_args = None
         self._optimizer = None
         self._objectives = None
@@ -157,7 +263,11 @@ class KerasModel:
             return self._io
         model = self.model
         hint = len(model.inputs) if getattr(model, "built", False) and getattr(model, "inputs", None) else None
-        x, y = _split_xy(data.first, hint)
+        if data is None:  # an InputSource: a stand-in batch from the signatures
+            x = _zeros_like_specs(as_spec_list(self.input_signature, "input_signature"))
+            y = _zeros_like_specs(as_spec_list(self.target_signature, "target_signature"))
+        else:
+            x, y = _split_xy(data.first, hint)
         x1 = _first_sample_batch(x)
         # the data against the model's declared inputs first: a clearer error than Keras' own
         ModelIO.from_model(model, x, None, ["output"], "single", {}, self.input_signature, None)
@@ -179,16 +289,27 @@ class KerasModel:
         self._objectives, self._io = objectives, io
         return io
 
-    def _make_desc(self) -> KerasModelDesc:
-        return KerasModelDesc(self.model, self._io, self._objectives, self._optimizer)
+    def _make_desc(self, global_batch: bool = True) -> KerasModelDesc:
+        return KerasModelDesc(self.model, self._io, self._objectives, self._optimizer, global_batch=global_batch)
 
     def _new_trainer(self) -> Trainer:
-        if self._trainer_template is None:
-            return SimpleTrainer()
-        return copy.deepcopy(self._trainer_template)
+        if self._fresh_trainer is not None:
+            trainer, self._fresh_trainer = self._fresh_trainer, None
+        elif self._trainer_template is not None:
+            trainer = copy.deepcopy(self._trainer_template)
+        elif self.trainer is not None and not isinstance(self.trainer, SimpleTrainer):
+            raise RuntimeError(f"The {type(self.trainer).__name__} given to KerasModel ran one fit and cannot be "
+                               "copied for another: give a new one, KerasModel(model, trainer=...).")
+        else:
+            trainer = SimpleTrainer()
+        return trainer
 
     @staticmethod
     def _replicas(trainer: Trainer) -> int:
+        """Replicas in this process: each global (or worker's) batch is split into that many."""
+        local = getattr(trainer, "num_local_replicas", None)
+        if local:
+            return int(local)
         devices = getattr(trainer, "devices", None)
         return len(devices) if devices else 1
 
@@ -197,31 +318,52 @@ class KerasModel:
             callbacks: Optional[Sequence] = None, session_init=None, batch_size: Optional[int] = None,
             epochs: Optional[int] = None, input=None, shuffle: bool = True,  # noqa: A002
             validation_batch_size: Optional[int] = None, starting_epoch: int = 1,
-            extra_callbacks: Optional[Sequence] = None, monitors: Optional[Sequence] = None
-            ) -> keras.callbacks.History:
+            extra_callbacks: Optional[Sequence] = None, monitors: Optional[Sequence] = None,
+            shard: bool = True) -> keras.callbacks.History:
         """Train; returns a ``keras.callbacks.History`` (per-epoch means of the statistics).
 
         Args:
             validation_data: evaluated after every epoch (``val_loss``, ``val_<metric>``),
                 in any form ``input`` takes.
             steps_per_epoch: defaults to one pass over the data (when its length is known).
-            max_epoch: the last epoch (``epochs`` is the Keras name); default 1.
+            max_epoch: the last epoch (``epochs`` is the Keras name); default 1, or
+                ``TrainConfig``'s default when the model was given tensorpack's way (an
+                ``InputSource``, or a ``get_model`` taking the inputs).
             callbacks: kerastrainer callbacks and ``keras.callbacks`` objects, mixed.
             session_init: weights to start from: a kerastrainer checkpoint (or its log
                 directory), or anything ``SmartInit`` takes.
-            batch_size: the global batch for numpy inputs (default 32).
+            batch_size: the global batch for numpy inputs (default 32), split over the
+                replicas and, with several workers, over the workers.
             input: the training data, if not given to the constructor.
             starting_epoch: the number of the first epoch (``initial_epoch + 1`` in Keras).
+            shard: with several workers, each reads its own part of the data: every
+                ``size``-th sample of numpy arrays (``batch_size / size`` a step),
+                ``Dataset.shard`` of a ``tf.data.Dataset``, every ``size``-th batch of a
+                DataFlow or PyDataset. ``shard=False``: every worker reads all the data
+                (shard it yourself, e.g. with ``shard_dataflow``).
         """
         if max_epoch is not None and epochs is not None and max_epoch != epochs:
             raise ValueError("Give max_epoch or epochs, not both.")
-        max_epoch = max_epoch if max_epoch is not None else (epochs if epochs is not None else 1)
+        if max_epoch is None:
+            max_epoch = epochs if epochs is not None else (None if self._tensorpack_form else 1)
         data_arg = input if input is not None else self.input
         if data_arg is None:
             raise ValueError("KerasModel.fit has no data: give input= to KerasModel(...) or to fit().")
-        data = as_keras_data(data_arg, batch_size=batch_size, shuffle=shuffle)
-        io = self._prepare(data)
         trainer = self._new_trainer()
+        rank, size = _worker_rank_size(trainer)
+        if isinstance(data_arg, InputSource):
+            return self._fit_input_source(data_arg, trainer, validation_data, steps_per_epoch, max_epoch,
+                                          callbacks, session_init, starting_epoch, extra_callbacks, monitors,
+                                          validation_batch_size or batch_size)
+        if size > 1 and shard:
+            data_arg, batch_size = _shard(data_arg, batch_size, rank, size)
+            logger.info("KerasModel: worker %d of %d reads its shard of the data%s.", rank, size,
+                        f" ({batch_size} samples a step)" if batch_size else "")
+        data = as_keras_data(data_arg, batch_size=batch_size, shuffle=shuffle)
+        if size > 1 and shard and isinstance(data_arg, keras.utils.PyDataset):
+            data = KerasData(data.kind, shard_dataflow(data.source, rank, size), data.first,
+                             None if data.steps is None else data.steps // size)
+        io = self._prepare(data)
         n_rep = self._replicas(trainer)
         flatten = _flattener(io)
         source, steps = data.make_input(flatten, n_rep)
@@ -231,11 +373,34 @@ class KerasModel:
                                  "fit(steps_per_epoch=...).")
             steps_per_epoch = steps
         desc = self._make_desc()
-
-        cbs: List = []
+        val_flow = None
         if validation_data is not None:
             val = as_keras_data(validation_data, batch_size=validation_batch_size or batch_size, shuffle=False)
-            cbs.append(InferenceRunner(val.flat_dataflow(flatten), ScalarStats(desc.stat_names, prefix="val")))
+            val_flow = val.flat_dataflow(flatten, with_share=True)
+        return self._launch(trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
+                            starting_epoch, extra_callbacks, monitors)
+
+    def _fit_input_source(self, source: InputSource, trainer, validation_data, steps_per_epoch, max_epoch,
+                          callbacks, session_init, starting_epoch, extra_callbacks, monitors, val_batch_size):
+        """tensorpack's contract: the InputSource feeds each replica its own flat batch."""
+        self._prepare(None)
+        desc = self._make_desc(global_batch=False)
+        val_flow = None
+        if validation_data is not None:
+            if isinstance(validation_data, InputSource):
+                raise TypeError("validation_data must be data (a DataFlow, arrays, a tf.data.Dataset), not an "
+                                "InputSource: InferenceRunner reads it in Python.")
+            val = as_keras_data(validation_data, batch_size=val_batch_size, shuffle=False)
+            val_flow = val.flat_dataflow(_flattener(self._io))
+        # steps_per_epoch None: TrainConfig takes the InputSource's size per tower
+        return self._launch(trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
+                            starting_epoch, extra_callbacks, monitors)
+
+    def _launch(self, trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
+                starting_epoch, extra_callbacks, monitors) -> keras.callbacks.History:
+        cbs: List = []
+        if val_flow is not None:
+            cbs.append(InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val")))
         history = keras.callbacks.History()
         user = wrap_keras_callbacks(callbacks, self.model)
         # Keras callbacks after the validation so that their logs hold val_* statistics
@@ -246,7 +411,8 @@ class KerasModel:
                              extra_callbacks=extra_callbacks if extra_callbacks is not None else DEFAULT_CALLBACKS(),
                              monitors=monitors if monitors is not None else DEFAULT_MONITORS(),
                              session_init=session_init, steps_per_epoch=steps_per_epoch,
-                             starting_epoch=starting_epoch, max_epoch=max_epoch)
+                             starting_epoch=starting_epoch,
+                             **({} if max_epoch is None else {"max_epoch": max_epoch}))  # None: TrainConfig's
         self.trainer = trainer
         try:
             launch_train_with_config(config, trainer)
@@ -271,10 +437,13 @@ class KerasModel:
         data_arg = data if data is not None else self.input
         if data_arg is None:
             raise ValueError("KerasModel.evaluate needs data.")
+        if isinstance(data_arg, InputSource):
+            raise TypeError("evaluate needs data it can read in Python (arrays, a DataFlow, a tf.data.Dataset), "
+                            f"not a {type(data_arg).__name__}.")
         kd = as_keras_data(data_arg, batch_size=batch_size, shuffle=False)
         io = self._prepare(kd)
         desc = self._make_desc()
-        signature = io.signature
+        signature = desc.inputs()
         names = desc.stat_names
 
         @tf.function(input_signature=signature)
@@ -284,7 +453,7 @@ class KerasModel:
 
         sums = np.zeros(len(names))
         count = 0
-        flow = kd.flat_dataflow(_flattener(io))
+        flow = kd.flat_dataflow(_flattener(io), with_share=True)
         flow.reset_state()
         for i, dp in enumerate(flow):
             if steps is not None and i >= steps:

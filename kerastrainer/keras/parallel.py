@@ -1,16 +1,28 @@
-"""The seeds' Keras multi-GPU API, in Keras 3 form, on kerastrainer's own loop.
+"""The Keras multi-GPU API of keras_experiments and Keras 2, in Keras 3 form, on kerastrainer's loop.
 
-``make_parallel(serial_model, gdev_list)`` (and ``multi_gpu_model(model, gpus)``)
-return a :class:`ModelMGPU`: a ``keras.Model`` that compiles and fits like the
-original, splits each **global** batch across the devices, and *shares its
-weights* with the serial model (they are the same variables: saving the serial
-model after ``fit`` saves the trained weights; ``ModelMGPU.save`` saves the serial
-model, as in the seeds). Training runs on :class:`~kerastrainer.keras.KerasModel`
-with ``SyncMultiGPUTrainerReplicated`` (or the parameter-server trainer when
-``usenccl=False``): several steps per ``tf.function`` call on several replicas,
-which ``keras.Model.fit(steps_per_execution>1)`` cannot do under ``MirroredStrategy``.
+``make_parallel(serial_model, gdev_list)`` / ``ModelMGPU`` (keras_experiments) and
+``multi_gpu_model(model, gpus)`` (Keras 2) return a :class:`ModelMGPU`: a Keras
+functional model laid out as Keras 2's (``layers``: the inputs, one slicing
+``Lambda`` per input and device, the *template* (serial) model, one ``Concatenate``
+per output named after it; ``parallel_model.layers[-2]`` is the template of a
+one-output model). Calling it runs that graph; ``compile``, ``fit`` (and Keras 2's
+``fit_generator``), ``evaluate`` and ``predict`` train the template on
+:class:`~kerastrainer.keras.KerasModel` with ``SyncMultiGPUTrainerParameterServer``
+(or ``SyncMultiGPUTrainerReplicated`` with ``usenccl=True`` / ``cpu_merge=False``):
+several steps per ``tf.function`` call on several replicas, each **global** batch
+split across the devices and each replica's loss weighted by its share of it, so any
+batch size gives the serial model's numbers.
 
-On a machine without GPUs the devices are logical CPU devices (``'/cpu:0'``...).
+The weights are the template's (the same variables): saving the template after
+``fit`` saves the trained weights, and ``save``/``load_weights``... of the parallel
+model act on the template, as in keras_experiments. The methods are also instance
+attributes, so the keras#2436 wrapper (a ``keras.Model`` subclass that copies
+``multi_gpu_model(...).__dict__`` and routes ``load``/``save`` to the template)
+trains and saves too.
+
+Devices: ``get_available_gpus()`` lists the GPUs; on a machine without GPUs it lists
+the logical CPU devices when several were made (``ensure_tower_devices(n)``, or the
+test suite's), so the same program runs in CI.
 
 Example::
 
@@ -28,36 +40,99 @@ import tensorflow as tf
 
 from ..train.trainers import SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated
 from ..utils import logger
-from ..utils.devices import get_available_gpus, get_logical_cpus, training_devices
+from ..utils.devices import get_available_gpus as _physical_gpus
+from ..utils.devices import get_logical_cpus
 from .model import KerasModel
 
-__all__ = ["ModelMGPU", "make_parallel", "multi_gpu_model"]
+__all__ = ["ModelMGPU", "make_parallel", "multi_gpu_model", "ModelKerasMGPU", "GPUListType",
+           "get_available_gpus", "print_mgpu_modelsummary"]
+
+_MULTIWORKER_HINT = ("A Keras model spread over several processes trains with "
+                     "KerasModel(model, trainer=MultiWorkerTrainer()), started under srun or kerastrainer-run "
+                     "(each process gives its local devices; see docs/migration-keras2-tflms.md).")
+
+
+class GPUListType:
+    """What :func:`get_available_gpus` lists (keras_experiments' names)."""
+    name_str = "name_str"   # '/gpu:0'
+    int_id = "int_id"       # 0
+    dspec = "dspec"         # tf.DeviceSpec
+
+
+def _device_pool() -> List[str]:
+    """The data-parallel devices: the GPUs, else the logical CPU devices when there are several."""
+    gpus = _physical_gpus()
+    if gpus:
+        return gpus
+    cpus = get_logical_cpus()
+    return cpus if len(cpus) > 1 else []
+
+
+def get_available_gpus(ngpus: Optional[int] = None, list_type: str = GPUListType.name_str) -> list:
+    """The devices to train on, at most ``ngpus`` of them (None or -1: all).
+
+    The GPUs (``['/gpu:0', '/gpu:1']``); on a machine without GPUs, the logical CPU
+    devices when several exist (``['/cpu:0', '/cpu:1', ...]``), else ``[]``.
+    ``list_type``: :class:`GPUListType` ``name_str`` (names), ``int_id`` (device ids)
+    or ``dspec`` (``tf.DeviceSpec`` objects).
+
+    Example::
+
+        gdev_list = get_available_gpus(2)                       # ['/gpu:0', '/gpu:1']
+        ids = get_available_gpus(2, list_type=GPUListType.int_id)  # [0, 1]
+    """
+    pool = _device_pool()
+    if ngpus is not None and int(ngpus) >= 0:
+        pool = pool[:int(ngpus)]
+    if list_type == GPUListType.int_id:
+        return list(range(len(pool)))
+    if list_type == GPUListType.dspec:
+        return [tf.DeviceSpec.from_string(d) for d in pool]
+    if list_type != GPUListType.name_str:
+        raise ValueError(f"list_type must be one of GPUListType.name_str, .int_id, .dspec; got {list_type!r}.")
+    return pool
 
 
 def _available_devices() -> List[str]:
-    return get_available_gpus() + get_logical_cpus()
+    return _physical_gpus() + get_logical_cpus()
 
 
-def normalize_devices(devices: Sequence[Union[str, int]]) -> List[str]:
-    """Device names as ``'/gpu:i'`` / ``'/cpu:i'``; ints are tower ids (GPUs, else logical CPUs).
+def normalize_devices(devices: Sequence[Union[str, int, tf.DeviceSpec]]) -> List[str]:
+    """Device names as ``'/gpu:i'`` / ``'/cpu:i'``; ints are device ids in :func:`get_available_gpus`'s pool.
 
-    Raises ValueError listing the available devices when one does not exist.
+    Raises ValueError listing the available devices when one does not exist, and
+    one saying what to do when the list names the devices of several workers.
     """
-    out = []
+    devices = list(devices)
     available = _available_devices()
-    ids = [d for d in devices if isinstance(d, int)]
-    if ids:
-        out_ids = training_devices(ids)
+    specs, workers = [], set()
     for d in devices:
+        if isinstance(d, bool) or not isinstance(d, (str, int, tf.DeviceSpec)):
+            raise TypeError(f"A device must be a name like '/gpu:0', a tf.DeviceSpec or an int id; got {d!r}.")
         if isinstance(d, int):
-            out.append(out_ids[ids.index(d)])
+            specs.append(d)
             continue
-        if not isinstance(d, str):
-            raise TypeError(f"A device must be a name like '/gpu:0' or an int id; got {d!r}.")
         try:
-            spec = tf.DeviceSpec.from_string(d if d.startswith("/") else "/" + d)
+            spec = d if isinstance(d, tf.DeviceSpec) else tf.DeviceSpec.from_string(d if d.startswith("/") else "/" + d)
         except ValueError as e:
             raise ValueError(f"'{d}' is not a device name ({e}); available: {available}.") from None
+        if spec.job not in (None, "localhost") or spec.task not in (None, 0) or spec.replica not in (None, 0):
+            workers.add((spec.job, spec.replica, spec.task))
+        specs.append(spec)
+    if len(workers) > 1:
+        names = [d.to_string() if isinstance(d, tf.DeviceSpec) else d for d in devices]
+        raise ValueError(f"The device list names the devices of {len(workers)} workers: {names}. make_parallel "
+                         f"and multi_gpu_model split batches over the devices of this process. "
+                         + _MULTIWORKER_HINT)
+    pool = _device_pool()
+    out = []
+    for d, spec in zip(devices, specs):
+        if isinstance(spec, int):
+            if not 0 <= spec < len(pool):
+                raise ValueError(f"Device id {spec} does not exist: the devices are {pool or 'none'} "
+                                 "(GPUs, else several logical CPU devices made with ensure_tower_devices).")
+            out.append(pool[spec])
+            continue
         kind = (spec.device_type or "").lower()
         name = f"/{kind}:{spec.device_index if spec.device_index is not None else 0}"
         if kind not in ("gpu", "cpu") or name not in available:
@@ -67,48 +142,134 @@ def normalize_devices(devices: Sequence[Union[str, int]]) -> List[str]:
         out.append(name)
     dup = sorted({d for d in out if out.count(d) > 1})
     if dup:
-        raise ValueError(f"The device list names {dup} more than once: {list(devices)}.")
+        raise ValueError(f"The device list names {dup} more than once: {devices}.")
     return out
+
+
+def _warn_knobs(who: str, **knobs) -> None:
+    """Warn about each old knob set to a value that has no TF2 meaning."""
+    meaning = {
+        "initsync": (True, "replicas always start from the same weights (MirroredStrategy mirrors every variable)"),
+        "syncopt": (False, "the gradients are always averaged over the replicas, with any optimizer"),
+        "enqueue": (False, "the input is always an in-graph queue (QueueInput) feeding the devices"),
+        "cpu_relocation": (False, "the weights are mirrored on every replica's device, wherever the template "
+                                  "was built"),
+    }
+    for name, value in knobs.items():
+        default, why = meaning[name]
+        if value != default:
+            logger.warning("%s(%s=%r) has no TF2 meaning and is ignored: %s.", who, name, value, why)
+
+
+def get_slice(data, i: int, parts: int):
+    """Slice ``i`` of ``parts`` of the batch axis (sizes differ by at most one, as SplitBatches)."""
+    size = tf.shape(data)[0]
+    return data[(i * size) // parts:((i + 1) * size) // parts]
+
+
+def _parallel_graph(template: keras.Model, devices: List[str], merge_device: str):
+    """Keras 2's layout: inputs -> a slicing Lambda per input and device -> template -> Concatenate per output."""
+    try:
+        flat = list(template.inputs) if template.built and template.inputs else None
+    except (AttributeError, ValueError):
+        flat = None
+    struct = getattr(template, "_inputs_struct", None) if flat else None
+    if flat and struct is None:  # a Sequential: one input tensor
+        struct = flat[0] if len(flat) == 1 else flat
+    if struct is None:
+        raise ValueError(f"The model '{template.name}' has no known inputs: build it with keras.Input (or call "
+                         "model.build(input_shape) on a Sequential) before making it parallel.")
+    flat_in = keras.tree.flatten(struct)
+    names = set()
+    towers = None
+    out_struct = None
+    for i, dev in enumerate(devices):
+        with tf.device(dev):
+            slices = []
+            for k, x in enumerate(flat_in):
+                name = f"slice_in{k}_dev{i}"
+                names.add(name)
+                slices.append(keras.layers.Lambda(get_slice, output_shape=tuple(x.shape[1:]), name=name,
+                                                  arguments={"i": i, "parts": len(devices)})(x))
+            out = template(keras.tree.pack_sequence_as(struct, slices))
+        out_struct = out
+        flat_out = keras.tree.flatten(out)
+        towers = [[] for _ in flat_out] if towers is None else towers
+        for t, o in zip(towers, flat_out):
+            t.append(o)
+    out_names = list(getattr(template, "output_names", None) or [])
+    if not out_names:  # a Sequential: the layers that make the outputs
+        out_names = [getattr(getattr(t, "_keras_history", None), "operation", None) for t in template.outputs]
+        out_names = [getattr(op, "name", "") for op in out_names]
+    if len(out_names) != len(towers):
+        out_names = [f"output_{k}" for k in range(len(towers))]
+    taken = names | {template.name} | {getattr(x, "name", "") for x in flat_in}
+    merged = []
+    with tf.device(merge_device):
+        for name, outs in zip(out_names, towers):
+            while name in taken:
+                name += "_merge"
+            taken.add(name)
+            merged.append(keras.layers.Concatenate(axis=0, name=name)(outs))
+    return struct, keras.tree.pack_sequence_as(out_struct, merged)
+
+
+# methods kept in the instance __dict__ too, so a wrapper copying __dict__ (keras#2436) keeps them
+_ROUTED = ("compile", "fit", "fit_generator", "evaluate", "evaluate_generator", "predict", "predict_generator",
+           "predict_on_batch", "get_weights", "set_weights", "save", "save_weights", "load_weights", "call")
 
 
 class ModelMGPU(keras.Model):
     """A data-parallel view of ``serial_model`` on the devices ``gdev_list`` (see the module doc).
 
-    ``compile``, ``fit``, ``evaluate`` and ``predict`` take Keras' arguments; ``save``,
-    ``save_weights``, ``load_weights``, ``get_weights``, ``set_weights`` and ``summary``
-    act on the serial model. Calling it (``model(x)``) calls the serial model.
+    ``compile``, ``fit`` (``fit_generator``), ``evaluate`` and ``predict`` take Keras'
+    arguments; ``save``, ``save_weights``, ``load_weights``, ``get_weights`` and
+    ``set_weights`` act on the serial model; ``summary`` and ``layers`` show the
+    parallel graph (:func:`print_mgpu_modelsummary` adds the serial model's summary).
 
     Args:
-        serial_model: the ``keras.Model`` to train.
-        gdev_list: device names (``'/gpu:0'``, ``'/cpu:1'``) or tower ids, at least 2.
-        ps_device, usenccl, initsync, syncopt, enqueue: the seeds' options, see
-            :func:`make_parallel`.
+        serial_model: the ``keras.Model`` to train (the template), with known inputs.
+        gdev_list: at least 2 devices: names (``'/gpu:0'``, ``'/cpu:1'``), ``tf.DeviceSpec``
+            objects, or ids in :func:`get_available_gpus`' list.
+        ps_device: where the gradients are reduced (and the outputs merged).
+        usenccl: all-reduce the gradients (``SyncMultiGPUTrainerReplicated``, NCCL on GPUs)
+            instead of reducing them on ``ps_device``.
+        initsync, syncopt, enqueue: keras_experiments' knobs without a TF2 meaning:
+            accepted, and a warning names each one set away from its default.
 
     Example::
 
         pmodel = ModelMGPU(serial_model=model, gdev_list=['/gpu:0', '/gpu:1'])
     """
 
-    def __init__(self, serial_model: keras.Model = None, gdev_list: Sequence = (), ps_device: str = "/cpu:0",
+    def __init__(self, serial_model: keras.Model = None, gdev_list: Sequence = None, ps_device: str = "/cpu:0",
                  usenccl: bool = False, initsync: bool = True, syncopt: bool = False, enqueue: bool = False,
                  **kwargs):
+        if serial_model is None:
+            raise RuntimeError('Keyword argument "serial_model" required for ModelMGPU.')
+        if gdev_list is None:
+            raise RuntimeError('Keyword argument "gdev_list" required for ModelMGPU.')
         if not isinstance(serial_model, keras.Model):
             raise TypeError(f"ModelMGPU needs serial_model=<a keras.Model>; got {type(serial_model).__name__}.")
         devices = normalize_devices(list(gdev_list))
         if len(devices) < 2:
             raise ValueError(f"ModelMGPU needs at least 2 devices to split batches over; got {devices}. "
                              "Use the serial model itself on one device.")
-        super().__init__(name=kwargs.pop("name", f"{serial_model.name}_mgpu"), **kwargs)
-        self._smodel = serial_model
-        self._gdev_list = devices
-        self._ps_device = ps_device
-        self._usenccl = bool(usenccl)
-        del initsync, syncopt, enqueue  # MirroredStrategy always syncs; the input is always queued
-        self._km: Optional[KerasModel] = None
-        self.built = True
+        _warn_knobs(type(self).__name__, initsync=initsync, syncopt=syncopt, enqueue=enqueue)
+        ps = tf.DeviceSpec.from_string(ps_device) if isinstance(ps_device, str) else ps_device
+        on_cpu = (getattr(ps, "device_type", None) or "CPU").upper() == "CPU"
+        inputs, outputs = _parallel_graph(serial_model, devices, "/cpu:0" if on_cpu else devices[0])
+        super().__init__(inputs=inputs, outputs=outputs, name=kwargs.pop("name", f"{serial_model.name}_mgpu"),
+                         **kwargs)
+        state = dict(_smodel=serial_model, _gdev_list=devices, _ps_on_cpu=on_cpu, _usenccl=bool(usenccl),
+                     _km=None)
+        for name in _ROUTED:
+            state[name] = getattr(self, name)
+        self.__dict__.update(state)  # plain attributes: no Keras tracking of the template a second time
 
     @property
     def serial_model(self) -> keras.Model:
+        """The template: the model whose weights are trained."""
         return self._smodel
 
     @property
@@ -116,23 +277,18 @@ class ModelMGPU(keras.Model):
         return list(self._gdev_list)
 
     def _make_trainer(self):
-        n = len(self._gdev_list)
+        devices = list(self._gdev_list)  # exactly the devices asked for, by name
         if self._usenccl:
-            trainer = SyncMultiGPUTrainerReplicated(n, mode="nccl")
-        else:
-            on_cpu = "cpu" in str(self._ps_device).lower()
-            trainer = SyncMultiGPUTrainerParameterServer(n, ps_device="cpu" if on_cpu else "gpu")
-        trainer.devices = list(self._gdev_list)  # exactly the devices asked for
-        return trainer
-
-    def call(self, inputs, training=None):
-        return self._smodel(inputs, training=training)
+            return SyncMultiGPUTrainerReplicated(devices, mode="nccl")
+        return SyncMultiGPUTrainerParameterServer(devices, ps_device="cpu" if self._ps_on_cpu else "gpu")
 
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None, **kwargs):
-        """Keras' ``compile``; other Keras arguments (``steps_per_execution``, ``jit_compile``...)
-        are accepted and ignored: kerastrainer picks the steps per call itself."""
-        if kwargs:
-            logger.info("ModelMGPU.compile ignores %s.", sorted(kwargs))
+        """Keras' ``compile``. Keras 2's ``target_tensors``, ``sample_weight_mode``,
+        ``weighted_metrics`` and Keras 3's ``steps_per_execution``, ``jit_compile``... are
+        accepted; a warning names each one given (kerastrainer picks the steps per call)."""
+        given = sorted(k for k, v in kwargs.items() if v is not None)
+        if given:
+            logger.warning("%s.compile ignores %s.", type(self).__name__, given)
         self._km = KerasModel(self._smodel, trainer=self._make_trainer())
         self._km.compile(optimizer, loss, metrics=metrics, loss_weights=loss_weights)
 
@@ -143,7 +299,8 @@ class ModelMGPU(keras.Model):
 
     @property
     def optimizer(self):
-        return self._km._optimizer if self._km is not None else None
+        km = self.__dict__.get("_km")
+        return km._optimizer if km is not None else None
 
     @optimizer.setter
     def optimizer(self, value):  # keras.Model.__init__ sets it to None
@@ -153,11 +310,15 @@ class ModelMGPU(keras.Model):
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
             validation_split=0.0, validation_data=None, shuffle=True, initial_epoch=0,
             steps_per_epoch=None, validation_batch_size=None, **kwargs):
-        """Keras' ``fit``: ``batch_size`` is the global batch, split across the devices."""
+        """Keras' ``fit``: ``batch_size`` is the global batch, split across the devices.
+
+        ``x`` may also be a ``PyDataset`` / Keras 2 generator (``ImageDataGenerator.flow``)
+        or a Python generator of ``(x, y)`` batches (give ``steps_per_epoch``)."""
         if validation_split:
             raise ValueError("validation_split is not supported; give validation_data.")
-        if kwargs:
-            logger.info("ModelMGPU.fit ignores %s.", sorted(kwargs))
+        given = sorted(k for k, v in kwargs.items() if v is not None)
+        if given:
+            logger.warning("%s.fit ignores %s.", type(self).__name__, given)
         del verbose
         data = (x, y) if y is not None else x
         return self._compiled().fit(input=data, validation_data=validation_data, batch_size=batch_size,
@@ -165,16 +326,40 @@ class ModelMGPU(keras.Model):
                                     steps_per_epoch=steps_per_epoch, callbacks=callbacks,
                                     validation_batch_size=validation_batch_size)
 
-    def evaluate(self, x=None, y=None, batch_size=None, steps=None, return_dict=False, **kwargs):
+    def fit_generator(self, generator, steps_per_epoch=None, epochs=1, verbose=1, callbacks=None,
+                      validation_data=None, validation_steps=None, class_weight=None, max_queue_size=10,
+                      workers=1, use_multiprocessing=False, shuffle=True, initial_epoch=0):
+        """Keras 2's ``fit_generator``: ``fit`` on a generator of global batches."""
+        if class_weight is not None:
+            raise ValueError("class_weight is not supported by kerastrainer's fit; weight the loss instead.")
+        return self.fit(generator, epochs=epochs, callbacks=callbacks, validation_data=validation_data,
+                        steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch, shuffle=shuffle)
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
+                 callbacks=None, return_dict=False, **kwargs):
         """Keras' ``evaluate``: the loss, then the metrics (a dict with ``return_dict=True``)."""
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported by evaluate.")
         stats = self._compiled().evaluate((x, y) if y is not None else x, batch_size=batch_size, steps=steps)
         if return_dict:
             return stats
         values = list(stats.values())
         return values[0] if len(values) == 1 else values
 
+    def evaluate_generator(self, generator, steps=None, **kwargs):
+        """Keras 2's ``evaluate_generator``."""
+        return self.evaluate(generator, steps=steps)
+
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        """The template's predictions (the parallel graph computes the same values)."""
         return self._smodel.predict(x, batch_size=batch_size, verbose=0, steps=steps)
+
+    def predict_generator(self, generator, steps=None, **kwargs):
+        """Keras 2's ``predict_generator``."""
+        return self._smodel.predict(generator, steps=steps, verbose=0)
+
+    def predict_on_batch(self, x):
+        return self._smodel.predict_on_batch(x)
 
     # --- weights live in the serial model -----------------------------------------------------
     def save(self, filepath, *args, **kwargs):
@@ -192,9 +377,6 @@ class ModelMGPU(keras.Model):
     def set_weights(self, weights):
         return self._smodel.set_weights(weights)
 
-    def summary(self, *args, **kwargs):
-        return self._smodel.summary(*args, **kwargs)
-
     def get_config(self):
         raise NotImplementedError("ModelMGPU is not serializable; save or serialize the serial model.")
 
@@ -202,18 +384,21 @@ class ModelMGPU(keras.Model):
 def make_parallel(serial_model: keras.Model, gdev_list: Sequence, ps_device: str = "/cpu:0",
                   usenccl: bool = False, initsync: bool = True, syncopt: bool = False, enqueue: bool = False,
                   model_class=ModelMGPU) -> keras.Model:
-    """Data-parallel ``serial_model`` on the devices ``gdev_list`` (the seeds' API).
+    """Data-parallel ``serial_model`` on the devices ``gdev_list`` (keras_experiments' API).
 
     Args:
         serial_model: the ``keras.Model``.
-        gdev_list: device names (``get_available_gpus()``, or ``['/cpu:0', '/cpu:1']``)
-            or tower ids. With fewer than 2 devices the serial model is returned unchanged.
+        gdev_list: device names (``get_available_gpus()``, or ``['/cpu:0', '/cpu:1']``),
+            ``tf.DeviceSpec`` objects or device ids. With fewer than 2 devices the serial
+            model is returned unchanged. Devices of other workers
+            (``'/job:worker/task:1/...'``) are refused: use ``KerasModel`` with
+            ``MultiWorkerTrainer``.
         ps_device: where gradients are reduced when ``usenccl`` is False.
-        usenccl: all-reduce with NCCL (``SyncMultiGPUTrainerReplicated(mode='nccl')``;
-            falls back to a host reduction without GPUs).
-        initsync, syncopt, enqueue: accepted for compatibility; replicas always start
-            from the same weights and share one optimizer state, and the input is
-            always an in-graph queue.
+        usenccl: all-reduce with ``SyncMultiGPUTrainerReplicated`` (NCCL on GPUs; a host
+            reduction without GPUs).
+        initsync, syncopt, enqueue: accepted; without a TF2 meaning (replicas always
+            start from the same weights, gradients are always averaged, the input is
+            always an in-graph queue), so a warning names each one set away from its default.
         model_class: the class to build (a :class:`ModelMGPU` subclass).
 
     Example::
@@ -224,30 +409,91 @@ def make_parallel(serial_model: keras.Model, gdev_list: Sequence, ps_device: str
     if len(gdev_list) < 2:
         logger.info("make_parallel: %d device(s); the serial model is used unchanged.", len(gdev_list))
         return serial_model
-    return model_class(serial_model=serial_model, gdev_list=gdev_list, ps_device=ps_device, usenccl=usenccl,
-                       initsync=initsync, syncopt=syncopt, enqueue=enqueue)
+    _warn_knobs("make_parallel", initsync=initsync, syncopt=syncopt, enqueue=enqueue)
+    kwargs = dict(serial_model=serial_model, gdev_list=gdev_list, ps_device=ps_device)
+    if usenccl:
+        kwargs["usenccl"] = True
+    return model_class(**kwargs)
 
 
-def multi_gpu_model(model: keras.Model, gpus: Union[int, Sequence[int]]) -> keras.Model:
-    """``model`` replicated on ``gpus`` devices (an int >= 2, or a list of >= 2 device ids).
+def multi_gpu_model(model: keras.Model, gpus: Union[None, int, Sequence[int]] = None, cpu_merge: bool = True,
+                    cpu_relocation: bool = False) -> keras.Model:
+    """Keras 2's ``keras.utils.multi_gpu_model``: ``model`` replicated on ``gpus`` devices.
 
-    The batch given to ``fit`` is global and split across the devices, as in
-    ``keras.utils.multi_gpu_model`` of Keras 2.
+    ``gpus``: None (every device of :func:`get_available_gpus`), an int >= 2, or a list
+    of >= 2 device ids. The batch given to ``fit`` is global and split across the
+    devices. ``cpu_merge=False`` all-reduces the gradients between the devices instead
+    of reducing them on the CPU; ``cpu_relocation`` has no TF2 meaning (warned about).
+    Errors are Keras 2's ``ValueError`` s, with its messages.
 
     Example::
 
-        pmodel = multi_gpu_model(model, gpus=2)
+        parallel_model = multi_gpu_model(model, gpus=2)
+        parallel_model.compile(loss='categorical_crossentropy', optimizer='rmsprop')
+        parallel_model.fit(x, y, epochs=20, batch_size=256)
+        model.save('my_model.keras')        # the template holds the trained weights
     """
-    if isinstance(gpus, bool) or not isinstance(gpus, (int, list, tuple)):
-        raise TypeError(f"gpus must be an int or a list of device ids; got {gpus!r}.")
-    if isinstance(gpus, int):
+    pool = _device_pool()
+    if not gpus:
+        gpus = len(pool)
+    if isinstance(gpus, (list, tuple)):
+        if len(gpus) <= 1:
+            raise ValueError("For multi-gpu usage to be effective, call `multi_gpu_model` with `len(gpus) >= 2`. "
+                             f"Received: `gpus={gpus}`")
+        target_ids = list(gpus)
+    elif isinstance(gpus, int) and not isinstance(gpus, bool):
         if gpus <= 1:
-            raise ValueError(f"multi_gpu_model needs gpus >= 2 to split batches over devices; got gpus={gpus}. "
-                             "On one device use the model itself.")
-        ids = list(range(gpus))
+            raise ValueError("For multi-gpu usage to be effective, call `multi_gpu_model` with `gpus >= 2`. "
+                             f"Received: `gpus={gpus}`")
+        target_ids = list(range(gpus))
     else:
-        ids = list(gpus)
-        if len(ids) <= 1:
-            raise ValueError(f"multi_gpu_model needs a list of at least 2 device ids; got {ids}. "
-                             "On one device use the model itself.")
-    return ModelMGPU(serial_model=model, gdev_list=normalize_devices(ids))
+        raise TypeError(f"gpus must be None, an int or a list of device ids; got {gpus!r}.")
+    kind = "gpu" if _physical_gpus() else "cpu"
+    target_devices = ["/cpu:0"] + [f"/{kind}:{i}" for i in target_ids]
+    if any(not isinstance(i, int) or not 0 <= i < len(pool) for i in target_ids):
+        raise ValueError(f"To call `multi_gpu_model` with `gpus={gpus}`, we expect the following devices to be "
+                         f"available: {target_devices}. However this machine only has: {_available_devices()}. "
+                         "Try reducing `gpus`.")
+    _warn_knobs("multi_gpu_model", cpu_relocation=cpu_relocation)
+    return ModelMGPU(serial_model=model, gdev_list=[pool[i] for i in target_ids],
+                     ps_device="/cpu:0", usenccl=not cpu_merge)
+
+
+class ModelKerasMGPU(keras.Model):
+    """keras_experiments' wrapper around :func:`multi_gpu_model` (the keras#2436 pattern).
+
+    It copies the parallel model's state and routes every ``load``/``save`` method to
+    the serial model, which holds the weights.
+
+    Example::
+
+        model = ModelKerasMGPU(serial_model, gpus=get_available_gpus(2, list_type=GPUListType.int_id))
+    """
+
+    def __init__(self, ser_model: keras.Model, gpus, *args, **kwargs):  # pylint: disable=super-init-not-called
+        pmodel = multi_gpu_model(ser_model, gpus, *args, **kwargs)
+        self.__dict__.update(pmodel.__dict__)  # a copy constructor, as in keras_experiments
+        self.__dict__["_smodel"] = ser_model
+
+    def __getattribute__(self, attrname):
+        if "load" in attrname or "save" in attrname:
+            return getattr(object.__getattribute__(self, "_smodel"), attrname)
+        return super().__getattribute__(attrname)
+
+
+def print_mgpu_modelsummary(model: keras.Model) -> None:
+    """Print the summary of a multi-GPU model, then of each model among its layers (the template).
+
+    Example::
+
+        print_mgpu_modelsummary(make_parallel(model, get_available_gpus()))
+    """
+    print(f"\nMULTI-GPU MODEL: {model.name}")
+    model.summary()
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            lines: List[str] = []
+            layer.summary(print_fn=lambda line, *a, **k: lines.append(line))
+            print(f"\n\tSUBMODEL SUMMARY: {layer.name}")
+            print("\t" + "\n\t".join("\n".join(lines).splitlines()) + "\n")
+

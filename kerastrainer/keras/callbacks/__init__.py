@@ -40,7 +40,7 @@ from typing import Dict, Optional
 import keras
 import numpy as np
 
-from ..callbacks.base import Callback, StopTraining
+from ...callbacks.base import Callback, StopTraining
 
 __all__ = ["KerasCallback", "wrap_keras_callbacks"]
 
