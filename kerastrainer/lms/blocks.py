@@ -95,6 +95,8 @@ def _reentry(key: str) -> Callable:
 def run_in_block(key: str, fn: Callable, args: tuple, kwargs: dict, lms=None):
     """Run ``fn(*args, **kwargs)`` as block ``key`` of ``lms`` (or plainly when None)."""
     # a block nested in a wrapped block runs plainly: the outer one already saves its memory
+    if lms is not None and current_block_key() is None and lms._profiling_thread != threading.get_ident():
+        lms.note_batch(args)
     mode = lms.mode_for(key) if lms is not None and current_block_key() is None else None
     if mode is None:
         return fn(*args, **kwargs)

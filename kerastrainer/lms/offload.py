@@ -16,7 +16,7 @@ Example (what :func:`run_offloaded` does for one tensor)::
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -103,13 +103,15 @@ def _key(t) -> tuple:
 
 
 def rewire_backward(forward_ops: Iterable, inputs: Sequence[tf.Tensor], backward_ops: Sequence,
-                    host_device: str, triggers: Sequence[tf.Tensor]) -> List[tf.Tensor]:
+                    host_device: str, triggers: Sequence[tf.Tensor],
+                    tensor_filter: Optional[Callable] = None) -> List[tf.Tensor]:
     """Make ``backward_ops`` read the forward tensors they save through host memory.
 
     Every input of a backward op that is an output of ``forward_ops`` or one of the
     block's ``inputs`` (floating point, not a variable read, not tiny) is replaced by
     ``swap_in(swap_out(t))``; one pair per tensor, shared by all its backward
-    readers. Returns the tensors that were swapped.
+    readers. ``tensor_filter(t, backward_op)`` (TFLMS's op-type knobs) may refuse a
+    tensor for a reader. Returns the tensors that were swapped.
     """
     fwd = set(forward_ops)
     input_keys = {_key(t) for t in inputs}
@@ -119,6 +121,8 @@ def rewire_backward(forward_ops: Iterable, inputs: Sequence[tf.Tensor], backward
     for op in bwd:
         for i, t in enumerate(list(op.inputs)):
             if not (t.op in fwd or _key(t) in input_keys) or not _swappable(t):
+                continue
+            if tensor_filter is not None and not tensor_filter(t, op):
                 continue
             device = t.device or compute_device()
             if same_device(device, host_device):

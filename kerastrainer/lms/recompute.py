@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
@@ -50,6 +51,9 @@ class BlockConfig:
     swapin_ahead: int = 1
     swapin_groupby: int = 1
     swapout_threshold: int = 1
+    sync_swapin: bool = False              # TFLMS sync_mode 2/3: back only at the block's own backward
+    keep_last_in_recompute: bool = False   # 'recompute' honours swapout_threshold too (graph mode)
+    tensor_filter: Optional[Callable] = None  # (tensor, backward op or None) -> may it be swapped
 
 
 _warned_eager_offload = False
@@ -94,6 +98,8 @@ def _triggers(state, rec: dict, cfg: BlockConfig) -> List[tf.Tensor]:
     """The gradients whose arrival starts the swap-in of block ``rec``."""
     if state is None:
         return []
+    if cfg.sync_swapin:
+        return rec.get("dys") or []
     i, n = rec["index"], len(state.blocks)
     g = max(1, cfg.swapin_groupby)
     j = min(n - 1, (i // g + 1) * g - 1 + max(0, cfg.swapin_ahead))
@@ -123,12 +129,14 @@ def _check_random(name: str, skipped: Sequence[str], new_ops: Sequence) -> None:
 
 
 def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg: BlockConfig,
-              reenter: Optional[Callable] = None):
+              reenter: Optional[Callable] = None, report: Optional[Callable] = None):
     """``fn(*args, **kwargs)`` with the memory behaviour of ``mode`` (see the module doc).
 
     ``reenter()`` returns a context manager that restores, for the recompute pass
     (which runs while the backward pass is built, outside the tower), what the
     block's code needs to find its layers: the tower context and the name scope.
+    ``report(trace_state)`` is called once the backward pass of the trace's first
+    block is built (graph mode): then every block's decision is known.
     """
     if mode not in MODES:
         raise ValueError(f"Unknown LMS mode {mode!r}; use one of {MODES}.")
@@ -149,6 +157,9 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
         state.blocks.append(rec)
     eager = tf.executing_eagerly()
     graph = None if eager else tf.compat.v1.get_default_graph()
+    # 'recompute' that may keep the block (the last swapout_threshold blocks): record the
+    # forward pass, as 'offload' does, and decide in the backward pass, when the order is known
+    record = mode == "offload" or (mode == "recompute" and cfg.keep_last_in_recompute and not eager)
 
     def backward_inputs(dys):
         """The block's inputs for the backward pass: swapped in, or held until ``dys``."""
@@ -157,8 +168,11 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
             back = []
             for x in xs:
                 dev = x.device or compute_device()
-                if _is_float(x) and not same_device(dev, cfg.host_device):
+                if _is_float(x) and not same_device(dev, cfg.host_device) and \
+                        (cfg.tensor_filter is None or eager or cfg.tensor_filter(x, None)):
                     back.append(swap_in(swap_out(x, cfg.host_device), dev, triggers))
+                    rec["swapped"] = rec.get("swapped", 0) + 1
+                    rec.setdefault("swapped_names", []).append(getattr(x, "name", "?"))
                 elif eager:
                     back.append(x)
                 else:  # not moved (already on the host device): still wait for the gradient
@@ -167,9 +181,17 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
             return back
         if eager:
             return list(xs)
-        # grappler must keep the gate, else the recompute may run during the forward pass
-        with tf.control_dependencies(dys):
-            return [keep_in_graph(tf.identity(x, name="lms_recompute_gate")) for x in xs]
+        links = rec.get("links") if _chained(state, rec) else None
+        prev_outs = _recompute_outputs(state, rec["index"] - 1, dys) if links else None
+        back = []
+        for p, x in enumerate(xs):
+            if links and p in links:
+                back.append(prev_outs[links[p]])  # not kept: the previous block makes it again
+                continue
+            # grappler must keep the gate, else the recompute may run during the forward pass
+            with tf.control_dependencies(dys):
+                back.append(keep_in_graph(tf.identity(x, name="lms_recompute_gate")))
+        return back
 
     def gradients(tape, outs, inputs, variables, dys):
         targets = [o for o in outs if _is_float(o)]
@@ -190,7 +212,7 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
 
     @tf.custom_gradient
     def block(*ts):
-        if mode == "offload":
+        if record:
             n0 = 0 if eager else len(graph.get_operations())
             with tf.GradientTape() as tape:
                 tape.watch([t for t in ts if _is_float(t)])
@@ -207,15 +229,30 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
         out_struct.append(out)
 
         def grad(*dys, variables=None):
+            try:
+                return _grad(*dys, variables=variables)
+            finally:
+                if report is not None and state is not None and rec.get("index") == 0:
+                    report(state)
+
+        def _grad(*dys, variables=None):
             variables = list(variables or [])
             rec["dys"] = [d for d in dys if d is not None]
-            if mode == "offload":
+            applies = _offloads(state, rec, cfg)
+            if record and (mode == "offload" or not applies):
                 n1 = 0 if eager else len(graph.get_operations())
                 g_in, g_var = gradients(tape, flat, list(ts), variables, dys)
-                if not eager and _offloads(state, rec, cfg):
-                    rewire_backward(fwd_ops, ts, graph.get_operations()[n1:], cfg.host_device,
-                                    _triggers(state, rec, cfg))
+                if mode == "offload" and not eager and applies:
+                    moved = rewire_backward(fwd_ops, ts, graph.get_operations()[n1:], cfg.host_device,
+                                            _triggers(state, rec, cfg), tensor_filter=cfg.tensor_filter)
+                    rec["applied"] = True
+                    rec["swapped"] = len(moved)
+                    rec["swapped_names"] = [t.name for t in moved]
                 return g_in, g_var
+            rec["applied"] = True
+            memo = rec.pop("memo", None)
+            if memo is not None:  # recomputed already, for the next block of its segment
+                return gradients(memo[0], memo[2], memo[1], variables, dys)
             inputs = backward_inputs(rec["dys"])
             n1 = 0 if eager else len(graph.get_operations())
             with tf.GradientTape() as rtape:
@@ -229,5 +266,57 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
 
         return flat, grad
 
+    if state is not None and mode == "recompute" and not eager:
+        # a block fed by the previous recomputed block's output need not keep that input: the
+        # backward pass can make it again from the previous block's input (segments of blocks)
+        prev = state.blocks[rec["index"] - 1] if rec["index"] > 0 else None
+        if prev is not None and prev.get("mode") == "recompute" and prev.get("out_keys"):
+            links = {p: prev["out_keys"].index(_key(x)) for p, x in enumerate(xs)
+                     if _key(x) in prev["out_keys"]}
+            rec["links"] = links or None
+        rec.update(call=call, reenter=reenter, backward_inputs=backward_inputs)
     flat_out = block(*xs)
+    if state is not None:
+        rec["out_keys"] = [_key(t) for t in tf.nest.flatten(flat_out)]
     return tf.nest.pack_sequence_as(out_struct[0], flat_out)
+
+
+def _key(t) -> tuple:
+    return (t.op.name, t.value_index) if hasattr(t, "op") else (id(t), 0)
+
+
+def _chained(state, rec: dict) -> bool:
+    """Whether block ``rec`` drops its input and gets it from the previous block's recompute.
+
+    Runs of linked blocks are cut into segments of about sqrt(number of blocks): the first
+    block of a segment keeps its input, the others get theirs again when the segment's last
+    block starts its backward pass (each block is still recomputed once: the results are
+    kept for its own backward pass).
+    """
+    if state is None or not rec.get("links"):
+        return False
+    i, n = rec["index"], len(state.blocks)
+    seg = max(2, math.ceil(math.sqrt(n)))
+    start = i
+    while start > 0 and state.blocks[start].get("links"):
+        start -= 1
+    return (i - start) % seg != 0
+
+
+def _recompute_outputs(state, j: int, dys) -> list:
+    """The outputs of block ``j`` made again (after ``dys`` exist), its tape kept for its backward pass."""
+    prev = state.blocks[j]
+    if prev.get("memo") is None:
+        graph = tf.compat.v1.get_default_graph()
+        inputs = prev["backward_inputs"](dys)
+        n1 = len(graph.get_operations())
+        with tf.GradientTape() as tape:
+            tape.watch([x for x in inputs if _is_float(x)])
+            reenter = prev.get("reenter")
+            with _state.recomputing() as skipped, \
+                    (reenter() if reenter is not None else contextlib.nullcontext()):
+                out = prev["call"](*inputs)
+        _check_random(prev["name"], skipped.int_state, graph.get_operations()[n1:])
+        prev["memo"] = (tape, inputs, tf.nest.flatten(out))
+        prev["chained_from"] = True
+    return prev["memo"][2]
