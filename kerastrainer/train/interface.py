@@ -1,6 +1,7 @@
 """launch_train_with_config: check a TrainConfig, give it an input, and train."""
 from __future__ import annotations
 
+from ..compat.graph_mode import eager_inside_tf1_graph
 from ..input_source.base import InputSource
 from ..input_source.queue import QueueInput
 from ..input_source.staging import StagingInput
@@ -41,6 +42,11 @@ def launch_train_with_config(config: TrainConfig, trainer: Trainer) -> Trainer:
     if not isinstance(config.model, ModelDescBase):
         raise TypeError(f"TrainConfig(model=...) must be a ModelDesc; got {type(config.model).__name__}. "
                         "For a Keras model use kerastrainer.KerasModel.")
+    with eager_inside_tf1_graph():  # tensorpack programs may train inside `with tf.Graph().as_default()`
+        return _launch(config, trainer)
+
+
+def _launch(config: TrainConfig, trainer: Trainer) -> Trainer:
     source = apply_default_input(config)
     if logger.get_logger_dir() is None:
         logger.warning("No log directory is set (logger.set_logger_dir): checkpoints and stats files "

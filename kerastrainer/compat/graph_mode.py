@@ -1,0 +1,26 @@
+"""A tensorpack program may wrap its training in ``with tf.Graph().as_default():`` (TF1's way to
+start from a clean graph). kerastrainer's loop drives ``tf.function``s eagerly, so the
+launcher trains in eager mode inside such a block; the block's graph stays empty."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import tensorflow as tf
+
+from ..utils import logger
+
+__all__ = ["eager_inside_tf1_graph"]
+
+
+@contextmanager
+def eager_inside_tf1_graph(who: str = "launch_train_with_config"):
+    """Run the block eagerly when the caller sits in a plain TF1 ``Graph().as_default()``."""
+    graph = tf.compat.v1.get_default_graph()
+    if tf.executing_eagerly() or getattr(graph, "building_function", False):
+        yield
+        return
+    from tensorflow.python.eager import context  # TF's own switch back to eager mode
+    logger.info("%s: called inside `with tf.Graph().as_default()`; training runs eagerly "
+                "(tf.function) as always in kerastrainer, the TF1 graph is left unused.", who)
+    with context.eager_mode():
+        yield
