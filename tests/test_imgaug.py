@@ -304,3 +304,263 @@ def test_fused_color_jitter_equals_the_separate_augmentors():
     assert out.dtype == np.uint8 and out.shape == img.shape and not np.array_equal(out, img)
     with pytest.raises(ValueError, match="uint8 HxWx3"):
         aug.augment(img.astype(np.float32))
+
+
+# --- tensorpack 0.11 parity ----------------------------------------------------------------
+TP_IMGAUG_NAMES = """Affine Albumentations Augmentor AugmentorList BackgroundFiller Brightness BrightnessScale
+CenterCrop CenterPaste Clip ColorSpace ConstantBackgroundFiller Contrast CropTransform Flip FlipTransform Gamma
+GaussianBlur GaussianNoise GoogleNetRandomCropAndResize Grayscale Hue IAAugmentor Identity ImageAugmentor
+JpegNoise Lighting MapImage MeanVarianceNormalize MinMaxNormalize PhotometricAugmentor RandomApplyAug
+RandomChooseAug RandomCrop RandomCropRandomShape RandomCutout RandomOrderAug RandomPaste RandomResize Resize
+ResizeShortestEdge ResizeTransform Rotation RotationAndCropValid SaltPepperNoise Saturation Shift ToFloat32
+ToUint8 Transform TransformFactory TransformList Transpose""".split()
+
+
+def test_every_tensorpack_augmentor_and_module_path_exists():
+    missing = [n for n in TP_IMGAUG_NAMES if not hasattr(imgaug, n)]
+    assert not missing
+    from kerastrainer.dataflow.imgaug import imgproc, meta, misc, noise
+    from kerastrainer.dataflow.imgaug.base import AugmentorList
+    from kerastrainer.dataflow.imgaug.transform import TransformAugmentorBase, WarpAffineTransform  # noqa: F401
+    assert AugmentorList is imgaug.AugmentorList and TransformAugmentorBase is imgaug.ImageAugmentor
+    assert imgproc.Contrast is imgaug.Contrast and misc.Flip is imgaug.Flip and meta.MapImage is imgaug.MapImage
+    assert noise.SaltPepperNoise is imgaug.SaltPepperNoise
+
+
+def _float_img(shape=(20, 24, 3), seed=0):
+    return np.random.RandomState(seed).uniform(0, 255, shape).astype(np.float32)
+
+
+def test_normalizers(img):
+    out = imgaug.MeanVarianceNormalize().augment(img)
+    assert out.dtype == np.float32 and abs(out.mean()) < 1e-4 and abs(out.std() - 1) < 1e-3
+    out = imgaug.MeanVarianceNormalize(all_channel=False).augment(img)
+    np.testing.assert_allclose(out.mean(axis=(0, 1)), 0, atol=1e-4)
+    np.testing.assert_allclose(out.std(axis=(0, 1)), 1, atol=1e-3)
+    out = imgaug.MinMaxNormalize(-1, 1).augment(img)
+    assert out.min() == pytest.approx(-1) and out.max() == pytest.approx(1)
+    out = imgaug.MinMaxNormalize(0, 1, all_channel=False).augment(img)
+    np.testing.assert_allclose(out.max(axis=(0, 1)), 1, atol=1e-6)
+    assert (imgaug.MinMaxNormalize(3, 5).augment(np.full((4, 4), 7.0, np.float32)) == 3).all()  # constant
+    out = imgaug.Clip(10, 20).augment(img)
+    assert out.dtype == np.uint8 and out.min() == 10 and out.max() == 20
+
+
+def test_noise_augmentors(img):
+    big = np.full((100, 100, 3), 128, np.uint8)
+    orig = big.copy()
+    out = imgaug.SaltPepperNoise(0.1, 0.2).augment(big)
+    np.testing.assert_array_equal(big, orig)                       # the input is left alone
+    assert 0.06 < (out == 255).mean() < 0.14 and 0.15 < (out == 0).mean() < 0.25
+    with pytest.raises(ValueError, match="sum <= 1"):
+        imgaug.SaltPepperNoise(0.6, 0.6)
+    f = np.full((100, 100), 100.0, np.float32)
+    diff = imgaug.GaussianNoise(sigma=5).augment(f) - f
+    assert 4.5 < diff.std() < 5.5 and abs(diff.mean()) < 0.5
+    out = imgaug.GaussianNoise(sigma=50).augment(img)
+    assert out.dtype == np.uint8 and not np.array_equal(out, img)
+    out = imgaug.JpegNoise((10, 11)).augment(_photo_like())
+    assert out.dtype == np.uint8 and out.shape == (48, 64, 3)
+    grey = imgaug.JpegNoise((50, 60)).augment(_photo_like()[:, :, :1])
+    assert grey.shape == (48, 64, 1)
+
+
+def _photo_like():
+    r = np.random.RandomState(3)
+    return cv2.resize(r.randint(0, 256, (4, 5, 3)).astype(np.uint8), (64, 48), interpolation=cv2.INTER_CUBIC)
+
+
+def test_blur_hue_gamma_colorspace():
+    img = _photo_like()
+    np.testing.assert_array_equal(imgaug.GaussianBlur(size_range=(0, 1)).augment(img), img)  # 1x1 window
+    blurred = imgaug.GaussianBlur(size_range=(3, 4)).augment(img)
+    assert blurred.shape == img.shape and np.abs(np.diff(blurred.astype(int), axis=1)).mean() < \
+        np.abs(np.diff(img.astype(int), axis=1)).mean()
+    # a zero turn: only the 8-bit HSV round trip's rounding
+    assert np.abs(imgaug.Hue((0, 0), rgb=False).augment(img).astype(int) - img).max() <= 6
+    shifted = imgaug.Hue((60, 60), rgb=False).augment(img)
+    assert np.abs(shifted.astype(int) - img).mean() > 10
+    grey = np.full((8, 8, 3), 90, np.uint8)
+    np.testing.assert_array_equal(imgaug.Hue((30, 30)).augment(grey), grey)  # no hue to turn
+    fimg = img.astype(np.float32)
+    fout = imgaug.Hue((0, 0)).augment(fimg)
+    assert fout.dtype == np.float32 and np.abs(fout - fimg).max() < 1e-2
+    np.testing.assert_array_equal(imgaug.Gamma((0, 0)).augment(img), img)
+    assert imgaug.Gamma((0.5, 0.5)).augment(img).mean() > img.mean()      # 1 / 1.5 < 1: brighter
+    assert imgaug.Grayscale().augment(img).shape == (48, 64, 1)
+    assert imgaug.Grayscale(keepdims=False).augment(img).shape == (48, 64)
+    assert imgaug.Grayscale(keepshape=True).augment(img).shape == (48, 64, 3)
+    hsv = imgaug.ColorSpace(cv2.COLOR_BGR2HSV).augment(img)
+    np.testing.assert_array_equal(hsv, cv2.cvtColor(img, cv2.COLOR_BGR2HSV))
+
+
+def _dot_image(h=40, w=50, y=12, x=30):
+    img = np.zeros((h, w), np.float32)
+    img[y, x] = 255.0
+    return img, np.array([[x + 0.5, y + 0.5]], np.float32)
+
+
+@pytest.mark.parametrize("aug", [
+    imgaug.Shift(0.3, 0.3, border=cv2.BORDER_CONSTANT),
+    imgaug.Rotation(40, border=cv2.BORDER_CONSTANT),
+    imgaug.Affine(scale=(0.9, 1.1), translate_frac=(0.1, 0.1), rotate_max_deg=30, shear=10,
+                  border=cv2.BORDER_CONSTANT),
+    imgaug.Transpose(prob=1.0),
+    imgaug.CenterPaste((60, 70)),
+    imgaug.RandomPaste((60, 70)),
+], ids=lambda a: type(a).__name__)
+def test_geometry_moves_pixels_and_coordinates_together(aug):
+    aug.reset_state()
+    for _ in range(5):
+        img, pt = _dot_image()
+        out, tfm = aug.augment_return_params(img)
+        moved = tfm.apply_coords(pt.copy())[0]
+        y, x = np.unravel_index(np.argmax(out), out.shape[:2])
+        # the brightest output pixel holds the dot; its centre is where the coordinates went
+        assert abs(x + 0.5 - moved[0]) <= 1.0 and abs(y + 0.5 - moved[1]) <= 1.0, (tfm, moved, (x, y))
+
+
+def test_rotation_and_crop_valid_leaves_no_border():
+    aug = imgaug.RotationAndCropValid(30)
+    aug.reset_state()
+    img = np.full((60, 80, 3), 200, np.uint8)
+    for _ in range(5):
+        out = aug.augment(img)
+        # only pixels on the crop's corners may blend with the (black) outside
+        assert out.shape[0] <= 60 and out.shape[1] <= 80 and (out < 190).mean() < 0.01
+
+
+def test_paste_canvas_and_mask(img):
+    out, tfm = imgaug.CenterPaste((60, 70), imgaug.ConstantBackgroundFiller(7)).augment_return_params(img)
+    assert out.shape == (60, 70, 3) and out[0, 0, 0] == 7
+    np.testing.assert_array_equal(out[6:54, 3:67], img)
+    mask = tfm.apply_mask(np.ones((48, 64), np.uint8))
+    assert mask.shape == (60, 70) and mask.sum() == 48 * 64
+    with pytest.raises(ValueError, match="smaller than the image"):
+        imgaug.CenterPaste((10, 10)).augment(img)
+
+
+def test_random_crops_resize_and_cutout(img):
+    aug = imgaug.RandomCropRandomShape(10, 12, wmax=30, hmax=20)
+    aug.reset_state()
+    shapes = {aug.augment(img).shape[:2] for _ in range(30)}
+    assert len(shapes) > 3 and all(12 <= h <= 20 and 10 <= w <= 30 for h, w in shapes)
+    out = imgaug.RandomCutout(5, (3, 6), fill=0).augment(np.full((20, 20), 9, np.uint8))
+    zeros = np.argwhere(out == 0)
+    assert np.ptp(zeros[:, 0]) == 4 and 2 <= np.ptp(zeros[:, 1]) <= 4
+    rr = imgaug.RandomResize((0.5, 2.0), (0.5, 2.0), aspect_ratio_thres=0.1)
+    rr.reset_state()
+    for _ in range(5):
+        h, w = rr.augment(img).shape[:2]
+        assert abs((w / h) / (64 / 48) - 1) < 0.12
+    keep = imgaug.RandomResize((30, 90), aspect_ratio_thres=0)
+    h, w = keep.augment(img).shape[:2]
+    assert 30 <= w <= 90 and abs(h / w - 48 / 64) < 0.05
+
+
+def test_choose_apply_identity(img):
+    flip = imgaug.Flip(horiz=True, prob=1.0)
+    choose = imgaug.RandomChooseAug([(imgaug.Identity(), 1), (flip, 3)])
+    choose.reset_state()
+    flipped = sum(not np.array_equal(choose.augment(img), img) for _ in range(200))
+    assert 120 < flipped < 180
+    apply = imgaug.RandomApplyAug(flip, 0.0)
+    np.testing.assert_array_equal(apply.augment(img), img)
+    assert not np.array_equal(imgaug.RandomApplyAug(flip, 1.0).augment(img), img)
+    assert isinstance(imgaug.RandomOrderAug(aug_lists=[flip]), imgaug.AugmentorList)
+
+
+def test_gaussian_deform():
+    aug = imgaug.GaussianDeform([(0.2, 0.2), (0.7, 0.2), (0.8, 0.8), (0.5, 0.5)], (32, 32), 0.2, 3)
+    aug.reset_state()
+    img = _photo_like()[:32, :32]
+    out, tfm = aug.augment_return_params(img)
+    assert out.shape == img.shape and out.dtype == np.uint8 and not np.array_equal(out, img)
+    labels = (np.arange(32 * 32).reshape(32, 32) % 3).astype(np.uint8)
+    assert set(np.unique(tfm.apply_mask(labels))) <= {0, 1, 2}         # nearest-neighbour on masks
+
+
+def test_external_wrappers_with_stand_ins(img):
+    class FakeAlbu:
+        def get_params(self):
+            return {"k": 1}
+
+        def apply(self, im, k):
+            return np.rot90(im, k)
+
+    np.testing.assert_array_equal(imgaug.Albumentations(FakeAlbu()).augment(img), np.rot90(img))
+
+    class FakeIAA:
+        def to_deterministic(self):
+            return self
+
+        def augment_image(self, im):
+            return im[::-1]
+
+    np.testing.assert_array_equal(imgaug.IAAugmentor(FakeIAA()).augment(img), img[::-1])
+    with pytest.raises(TypeError, match="albumentations transform"):
+        imgaug.Albumentations(object())
+
+
+class _TpInvert(imgaug.PhotometricAugmentor):
+    """A PhotometricAugmentor written against tensorpack (``_get_augment_params``/``_augment``)."""
+
+    def __init__(self, prob=1.0):
+        super().__init__()
+        self._init(locals())
+
+    def _get_augment_params(self, _):
+        return self.rng.rand() < self.prob
+
+    def _augment(self, img, do):
+        return 255 - img if do else img
+
+
+class _ReturnsTransform(imgaug.ImageAugmentor):
+    def _get_augment_params(self, img):
+        return imgaug.CropTransform(0, 0, 2, 3)
+
+    def _augment(self, img, whatever):
+        raise AssertionError("not called: the parameter is a Transform")
+
+
+def test_tensorpack_style_subclasses(img):
+    inv = _TpInvert()
+    assert inv.prob == 1.0
+    out, tfm = inv.augment_return_params(img)
+    np.testing.assert_array_equal(out, 255 - img)
+    coords = np.array([[1.0, 2.0]], np.float32)
+    np.testing.assert_array_equal(tfm.apply_coords(coords), coords)
+    assert _ReturnsTransform().augment(img).shape == (2, 3, 3)
+    legacy = _LegacyShift()
+    legacy.__class__ = type("NoCoords", (imgaug.ImageAugmentor,),
+                            {"_augment": lambda self, im, shift_by: np.roll(im, shift_by, axis=1),
+                             "_get_augment_params": lambda self, im: 1})
+    out, tfm = legacy.augment_return_params(img)
+    np.testing.assert_array_equal(out, np.roll(img, 1, axis=1))
+    np.testing.assert_array_equal(tfm.apply_coords(coords), coords)   # tensorpack's old default
+
+
+def test_flip_and_transform_conventions_of_tensorpack(img):
+    v = imgaug.Flip(vert=True, prob=1.0)
+    np.testing.assert_array_equal(v.augment(img), img[::-1])
+    np.testing.assert_array_equal(imgaug.Flip(prob=1.0).augment(img), img[:, ::-1])
+    np.testing.assert_array_equal(imgaug.FlipTransform(48, 64, False).apply_image(img), img[::-1])
+    t = imgaug.TransformFactory(name="neg", apply_image=lambda im: 255 - im)
+    np.testing.assert_array_equal(t.apply_image(img), 255 - img)
+    with pytest.raises(KeyError, match="unknown argument"):
+        imgaug.TransformFactory(image=lambda im: im)
+    lst = imgaug.TransformList([t]) + t
+    assert len(lst.tfms) == 2
+    np.testing.assert_array_equal(lst.apply_image(img), img)
+    lazy = imgaug.LazyTransform(lambda im: imgaug.CropTransform(1, 2, 3, 4))
+    with pytest.raises(RuntimeError, match="apply_image first"):
+        lazy.apply_coords(np.zeros((1, 2), np.float32))
+    assert lazy.apply_image(img).shape == (3, 4, 3)
+    np.testing.assert_array_equal(lazy.apply_coords(np.array([[2.0, 1.0]], np.float32)), [[0.0, 0.0]])
+
+
+def test_map_image_takes_tensorpack_coord_func(img):
+    m = imgaug.MapImage(lambda im: im, coord_func=lambda c: c + 1)
+    _, tfm = m.augment_return_params(img)
+    np.testing.assert_array_equal(tfm.apply_coords(np.zeros((1, 2), np.float32)), [[1.0, 1.0]])

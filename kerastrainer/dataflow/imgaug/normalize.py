@@ -30,7 +30,7 @@ class MeanVarianceNormalize(PhotometricAugmentor):
         mean = np.mean(img, axis=axis, keepdims=axis is not None)
         std = np.std(img, axis=axis, keepdims=axis is not None)
         std = np.maximum(std, 1.0 / np.sqrt(img.size))
-        return (img - mean) / std
+        return ((img - mean) / std).astype(np.float32)
 
 
 class MinMaxNormalize(PhotometricAugmentor):

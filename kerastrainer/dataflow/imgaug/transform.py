@@ -284,8 +284,10 @@ class WarpAffineTransform(Transform):
         return self._warp(mask, cv2.INTER_NEAREST)
 
     def apply_coords(self, coords):
-        coords = np.asarray(coords, dtype=np.float32)
-        return np.concatenate([coords, np.ones((coords.shape[0], 1), np.float32)], axis=1) @ self.mat.T
+        # OpenCV puts pixel centres at integers, this module at integer + 0.5
+        coords = np.asarray(coords, dtype=np.float32) - 0.5
+        out = np.concatenate([coords, np.ones((coords.shape[0], 1), np.float32)], axis=1) @ self.mat.T
+        return (out + 0.5).astype(np.float32)
 
 
 class TransposeTransform(Transform):
