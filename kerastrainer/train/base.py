@@ -140,6 +140,9 @@ class Trainer:
         self.jit_compile = jit_compile if jit_compile == "auto" else bool(jit_compile)
         self.use_xla = False
         self.xla_region: Optional[str] = None
+        # the first call: seconds tracing the train function, then running it (XLA compile included)
+        self.trace_seconds: Optional[float] = None
+        self.first_call_seconds: Optional[float] = None
         self.average = bool(average)
         self.epoch_num = 0
         self.global_step = 0
@@ -351,6 +354,7 @@ class Trainer:
             out = self._train_fn(self._steps_tensor(k), *feeds)
             out[0].numpy()
         first = time.perf_counter() - t1
+        self.trace_seconds, self.first_call_seconds = traced, first
         if self.use_xla:
             logger.info("XLA: compiled the train step (%s) in %.1f s (the first call, %d step(s); tracing "
                         "took %.1f s before it).", "forward, backward and update" if self.xla_region == "step"
