@@ -142,7 +142,7 @@ def test_json_writer_one_entry_per_epoch(tf, logdir):
     assert JSONWriter.load_existing_epoch_number(logdir) == 3
     assert JSONWriter.load_existing_json(logdir) == stats
     # no temporary files are left behind
-    assert sorted(os.listdir(logdir)) == ["log.log", "stats.json"]
+    assert sorted(f for f in os.listdir(logdir) if f != ".lock") == ["log.log", "stats.json"]
 
 
 def test_json_writer_resume_drops_entries_past_global_step(tf, logdir):
@@ -284,6 +284,19 @@ def test_learning_rate_and_tower_summaries_reach_stats_tensorboard_and_table(tf,
     # the epoch table lists it too
     tables = [m for m in kt_log.messages if m.startswith("Epoch 3, global step 12")]
     assert tables and "learning_rate" in tables[0] and "0.01" in tables[0]
+    # by default: samples (images) per second, from the batch of 32 the DataFlow gives, and the time left
+    s = stats[-1]
+    assert s["throughput/samples_per_sec"] == pytest.approx(32 * s["throughput/steps_per_sec"])
+    assert "throughput/samples_per_sec" in tables[0]
+    assert sum(m.startswith("Estimated time left") for m in kt_log.messages) == 2   # after epochs 1, 2 of 3
+
+
+def test_default_callbacks_give_way_to_the_users_own():
+    from kerastrainer import EstimatedTimeLeft, ThroughputTracker, TrainConfig
+    mine = ThroughputTracker(samples_per_step=64)
+    config = TrainConfig(callbacks=[mine])
+    assert [type(c) for c in config.extra_callbacks].count(ThroughputTracker) == 0
+    assert any(isinstance(c, EstimatedTimeLeft) for c in config.extra_callbacks)
 
 
 def test_learning_rate_recorded_without_a_setter(tf, logdir):

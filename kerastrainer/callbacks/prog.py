@@ -108,7 +108,7 @@ class ProgressBar(Callback):
 
 
 class EstimatedTimeLeft(Callback):
-    """Log the estimated time to the end of training at each epoch end.
+    """Log the estimated time to the end of training at each epoch end (a default callback).
 
     Args:
         last_k_epochs: estimate from the durations of the last k epochs.
@@ -148,10 +148,13 @@ class EstimatedTimeLeft(Callback):
 class ThroughputTracker(Callback):
     """Put the epoch's training speed into the monitors at each epoch end.
 
-    ``throughput/steps_per_sec`` always, ``throughput/samples_per_sec`` when
-    ``samples_per_step`` is given (the global batch: per-tower batch times towers for
-    ModelDesc trainers). Time is counted from ``before_epoch`` to ``after_epoch``, so
-    epoch-end work such as validation is left out.
+    ``throughput/steps_per_sec`` always, ``throughput/samples_per_sec`` (images per
+    second, for image models) when the samples of a step are known: ``samples_per_step``
+    (the global batch: per-tower batch times towers for ModelDesc trainers), or, by
+    default, the input's batch size (``InputSource.batch_size``, known for a DataFlow
+    behind QueueInput) times the number of towers. Time is counted from
+    ``before_epoch`` to ``after_epoch``, so epoch-end work such as validation is left out.
+    One of the default callbacks.
 
     Example::
 
@@ -184,6 +187,12 @@ class ThroughputTracker(Callback):
             return
         steps_per_sec = self._steps / self._seconds
         self.trainer.monitors.put_scalar("throughput/steps_per_sec", steps_per_sec)
-        if self._samples_per_step is not None:
-            self.trainer.monitors.put_scalar("throughput/samples_per_sec",
-                                             steps_per_sec * self._samples_per_step)
+        samples = self._samples_per_step or self._default_samples_per_step()
+        if samples:
+            self.trainer.monitors.put_scalar("throughput/samples_per_sec", steps_per_sec * samples)
+
+    def _default_samples_per_step(self) -> Optional[int]:
+        batch = getattr(getattr(self.trainer, "input", None), "batch_size", None)
+        if not batch:
+            return None
+        return int(batch) * int(getattr(self.trainer, "num_replicas", 1) or 1)

@@ -88,6 +88,9 @@ class InputSource:
 
     requires_feed = False
     _setup_done = False
+    #: samples in one batch of this source (one tower's), when known after setup();
+    #: ThroughputTracker reports samples per second with it
+    batch_size: Optional[int] = None
 
     def setup(self, input_signature: Sequence[tf.TensorSpec]) -> None:
         """Create queues/iterators and check the data against the signature (eager)."""

@@ -80,6 +80,8 @@ class QueueInput(InputSource):
                 "Check that it is not empty.") from None
         self._first = check_datapoint(first, specs, f"{self.name} (first datapoint of "
                                                     f"{type(self.ds).__name__})")
+        if self._first and self._first[0].ndim:
+            self.batch_size = int(self._first[0].shape[0])
         self.queue = tf.queue.FIFOQueue(self.capacity, [s.dtype for s in specs],
                                         name=self.name.replace("/", "_"))
 

@@ -59,6 +59,10 @@ class StagingInput(InputSource):
         self._name = f"kerastrainer_staging_{next(_ids)}"
         self._active: Optional[bool] = None
 
+    @property
+    def batch_size(self):
+        return self.input.batch_size
+
     def _setup(self, specs):
         self.input.setup(specs)
 

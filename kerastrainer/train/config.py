@@ -15,8 +15,10 @@ __all__ = ["TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS", "DEFAULT
 
 def DEFAULT_CALLBACKS() -> List[Callback]:  # noqa: N802 (tensorpack's name)
     """The callbacks every run gets unless ``extra_callbacks`` says otherwise."""
-    from ..callbacks import MovingAverageSummary, ProgressBar, TerminateOnNonFinite
-    return [MovingAverageSummary(), ProgressBar(), TerminateOnNonFinite()]
+    from ..callbacks import (EstimatedTimeLeft, MovingAverageSummary, ProgressBar, TerminateOnNonFinite,
+                             ThroughputTracker)
+    return [MovingAverageSummary(), ProgressBar(), TerminateOnNonFinite(), ThroughputTracker(),
+            EstimatedTimeLeft()]
 
 
 def DEFAULT_MONITORS() -> List[Callback]:  # noqa: N802
@@ -35,7 +37,7 @@ class TrainConfig:
         data: an :class:`InputSource` instead of ``dataflow``.
         callbacks: callbacks of this run (``ModelSaver()``, ``InferenceRunner(...)``...).
         extra_callbacks: defaults to :func:`DEFAULT_CALLBACKS` (moving-average
-            summaries, progress bar, NaN/Inf guard).
+            summaries, progress bar, NaN/Inf guard, throughput, time left).
         monitors: defaults to :func:`DEFAULT_MONITORS`.
         session_init: a SessionInit or anything :func:`SmartInit` takes.
         starting_epoch: the number of the first epoch (epochs count from 1).
@@ -69,7 +71,10 @@ class TrainConfig:
         for cb in self.callbacks:
             if not isinstance(cb, Callback):
                 raise TypeError(f"TrainConfig(callbacks=...) contains {cb!r}, which is not a Callback.")
-        self.extra_callbacks = list(extra_callbacks) if extra_callbacks is not None else DEFAULT_CALLBACKS()
+        if extra_callbacks is None:  # the defaults, less those the user gave configured
+            given = {type(cb) for cb in self.callbacks}
+            extra_callbacks = [cb for cb in DEFAULT_CALLBACKS() if type(cb) not in given]
+        self.extra_callbacks = list(extra_callbacks)
         self.monitors = list(monitors) if monitors is not None else DEFAULT_MONITORS()
         self.session_init = SmartInit(session_init)
         self.starting_epoch = int(starting_epoch)
