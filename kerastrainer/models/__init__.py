@@ -18,15 +18,15 @@ Example::
                       .FullyConnected('linear', 10)())
 """
 from .arg_scope import argscope, enable_argscope_for_function, enable_argscope_for_module, get_arg_scope
-from .registry import current_layer_store, get_keras_layer, get_registered_layer, keras_layer, \
-    layer_register, layer_scope
+from .registry import current_layer_store, disable_layer_logging, get_keras_layer, get_registered_layer, \
+    keras_layer, layer_register, layer_scope
 from .conv2d import Conv2D, Conv2DTranspose, Deconv2D
 from .fc import FullyConnected, batch_flatten
 from .batch_norm import BatchNorm, BNReLU, TowerBatchNormalization
-from .pool import AvgPooling, GlobalAvgPooling, MaxPooling
+from .pool import AvgPooling, FixedUnPooling, GlobalAvgPooling, MaxPooling
 from .dropout import Dropout
 from .layer_norm import ChannelAffineNormalization, InstanceNorm, LayerNorm
-from .nonlin import PReLU
+from .nonlin import Maxout, PReLU
 from .shapes import ConcatWith
 from .linearwrap import LinearWrap
 from .regularize import l1_regularizer, l2_regularizer, regularize_cost, regularize_cost_from_collection
@@ -35,10 +35,10 @@ from .resnet import RESNET_CONFIGS, resnet, resnet_backbone
 __all__ = [
     "argscope", "get_arg_scope", "enable_argscope_for_function", "enable_argscope_for_module",
     "layer_register", "layer_scope", "keras_layer", "get_keras_layer", "current_layer_store",
-    "get_registered_layer",
+    "get_registered_layer", "disable_layer_logging",
     "Conv2D", "Conv2DTranspose", "Deconv2D", "FullyConnected", "batch_flatten",
-    "BatchNorm", "BNReLU", "TowerBatchNormalization", "MaxPooling", "AvgPooling", "GlobalAvgPooling",
-    "Dropout", "LayerNorm", "InstanceNorm", "ChannelAffineNormalization", "PReLU", "ConcatWith",
+    "BatchNorm", "BNReLU", "TowerBatchNormalization", "MaxPooling", "AvgPooling", "GlobalAvgPooling", "FixedUnPooling",
+    "Dropout", "LayerNorm", "InstanceNorm", "ChannelAffineNormalization", "PReLU", "Maxout", "ConcatWith",
     "LinearWrap", "regularize_cost", "regularize_cost_from_collection", "l2_regularizer",
     "l1_regularizer", "resnet", "resnet_backbone", "RESNET_CONFIGS",
 ]

@@ -42,7 +42,7 @@ from ..utils import logger
 from .arg_scope import get_arg_scope
 
 __all__ = ["layer_register", "keras_layer", "get_keras_layer", "current_layer_store",
-           "get_registered_layer", "layer_scope"]
+           "get_registered_layer", "layer_scope", "disable_layer_logging"]
 
 _LAYER_REGISTRY: Dict[str, Callable] = {}
 _logged_lock = threading.Lock()
@@ -87,6 +87,20 @@ def layer_scope(name: str) -> Iterator[str]:
         yield current_scope_name()
 
 
+_logging_disabled = False
+
+
+def disable_layer_logging() -> None:
+    """Stop logging layers' input and output shapes (tensorpack's ``disable_layer_logging``).
+
+    Example::
+
+        disable_layer_logging()
+    """
+    global _logging_disabled
+    _logging_disabled = True
+
+
 def _logged_keys(store: LayerStore) -> set:
     with _logged_lock:
         keys = _logged.get(store)
@@ -110,6 +124,8 @@ def _shape_str(x) -> str:
 
 def log_layer_shapes_once(key: str, inputs, outputs) -> None:
     """Record the input and output shapes of layer ``key`` the first time it is built."""
+    if _logging_disabled:
+        return
     ctx = get_current_tower_context()
     if ctx is not None and not ctx.is_main_training_tower and ctx.is_training:
         return

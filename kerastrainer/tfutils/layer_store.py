@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+import weakref
 from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
@@ -146,23 +147,34 @@ def log_layer_shapes(store: LayerStore) -> None:
     logger.info("Layers of the model:\n%s", table)
 
 
-_default_store: Optional[LayerStore] = None
+_default_stores: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _default_lock = threading.Lock()
 
 
+def _outer_graph():
+    # the graph layers outside any tower belong to: TF's global default graph in eager mode
+    # (replaced by tf.compat.v1.reset_default_graph), or the user's tf.Graph in TF1 graph mode;
+    # never a tf.function's own graph, so that every trace sees the same layers
+    with tf.init_scope():
+        return tf.compat.v1.get_default_graph()
+
+
 def get_default_layer_store() -> LayerStore:
-    """The store used outside any trainer (tests, interactive use)."""
-    global _default_store
+    """The store used outside any trainer (tests, interactive use): one per TF graph, so
+    ``tf.compat.v1.reset_default_graph()`` (or a new ``tf.Graph``) starts with no layers."""
+    graph = _outer_graph()
     with _default_lock:
-        if _default_store is None:
-            _default_store = LayerStore()
-        return _default_store
+        store = _default_stores.get(graph)
+        if store is None:
+            store = _default_stores[graph] = LayerStore()
+        return store
 
 
 def reset_default_layer_store() -> None:
-    global _default_store
+    """Forget the default store of the current graph."""
+    graph = _outer_graph()
     with _default_lock:
-        _default_store = None
+        _default_stores.pop(graph, None)
 
 
 def get_variable(name: str, shape=None, dtype=tf.float32, initializer=None, trainable: bool = True):
