@@ -7,7 +7,7 @@ from typing import Sequence, Tuple
 import numpy as np
 
 from .base import ImageAugmentor, check_image
-from .transform import NoOpTransform, Transform, TransformList
+from .transform import LazyTransform, NoOpTransform, Transform, TransformList
 
 __all__ = ["AugmentorList", "RandomOrderAug", "RandomChooseAug", "RandomApplyAug", "Identity"]
 
@@ -58,8 +58,15 @@ class AugmentorList(ImageAugmentor):
         return img, TransformList(tfms)
 
     def get_transform(self, img: np.ndarray) -> Transform:
-        # Later augmentors draw from earlier outputs, so the image is computed on the way.
-        return self.augment_return_params(img)[1]
+        """The transforms of the list, without computing the image: the first is drawn
+        from ``img``, each later one from its input when the list is first applied to an
+        image (:class:`LazyTransform`), so ``get_transform(img).apply_image(img)`` does the
+        work once. Apply it to an image before replaying it on coordinates or masks."""
+        check_image(img, type(self).__name__)
+        augs = self._ordered()
+        if not augs:
+            return TransformList([])
+        return TransformList([augs[0].get_transform(img)] + [LazyTransform(a.get_transform) for a in augs[1:]])
 
 
 class RandomOrderAug(AugmentorList):
