@@ -51,3 +51,16 @@ def test_no_prompt_without_a_terminal(existing):
                        timeout=60)
     assert r.returncode != 0
     assert "stdin is not a terminal" in r.stderr and "action='k'" in r.stderr
+
+
+@pytest.mark.parametrize("value,shown", [("DEBUG", ["DBG dbg", "info", "WRN wrn"]), ("warning", ["WRN wrn"]),
+                                         ("", ["info", "WRN wrn"]), ("loud", ["info", "WRN wrn"])])
+def test_level_from_the_environment(value, shown):
+    code = ("from kerastrainer.utils import logger\n"
+            "logger.debug('dbg'); logger.info('info'); logger.warning('wrn')\n")
+    env = dict(os.environ, KERASTRAINER_LOG_LEVEL=value)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = [line.split("] ", 1)[1] for line in r.stdout.splitlines()]
+    assert lines == [s for s in ["DBG dbg", "info", "WRN wrn"] if s in shown]
+    assert ("not a log level" in r.stderr) == (value == "loud")

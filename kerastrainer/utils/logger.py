@@ -16,6 +16,9 @@ the process ends: a second training run in the same directory stops at once with
 Without an action it asks on a terminal; when stdin is not a terminal it never
 prompts and raises instead, naming the choices.
 
+The level is INFO unless the environment sets ``KERASTRAINER_LOG_LEVEL`` (``DEBUG``,
+``WARNING``, ``ERROR`` or a number) or the program calls ``logger.setLevel``.
+
 Example::
 
     from kerastrainer.utils import logger
@@ -51,10 +54,28 @@ class _Formatter(logging.Formatter):
         return super().format(record)
 
 
+LEVEL_ENV = "KERASTRAINER_LOG_LEVEL"
+
+
+def _level_from_env() -> int:
+    """``KERASTRAINER_LOG_LEVEL``: DEBUG, INFO (the default), WARNING, ERROR, or a number."""
+    value = os.environ.get(LEVEL_ENV, "").strip()
+    if not value:
+        return logging.INFO
+    if value.isdigit():
+        return int(value)
+    level = logging.getLevelName(value.upper())
+    if isinstance(level, int):
+        return level
+    sys.stderr.write(f"kerastrainer: {LEVEL_ENV}={value!r} is not a log level (DEBUG, INFO, WARNING, "
+                     "ERROR); using INFO.\n")
+    return logging.INFO
+
+
 def _make_logger() -> logging.Logger:
     lg = logging.getLogger("kerastrainer")
     lg.propagate = False
-    lg.setLevel(logging.INFO)
+    lg.setLevel(_level_from_env())
     if not lg.handlers:
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(_Formatter(datefmt="%m%d %H:%M:%S"))
