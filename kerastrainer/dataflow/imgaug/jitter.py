@@ -22,6 +22,7 @@ class _AffineColorMap:
 
 # cv2.COLOR_BGR2GRAY's weights, BGR order: the grey image Contrast and Saturation use
 _GRAY_BGR = np.array([0.114, 0.587, 0.299], np.float64)
+_GRAY_BGR_T = tuple(float(v) for v in _GRAY_BGR)
 
 
 class FusedColorJitter(ImageAugmentor):
@@ -68,21 +69,32 @@ class FusedColorJitter(ImageAugmentor):
 
     def compose(self, ops, mean_bgr) -> np.ndarray:
         """The 3x4 affine colour map of ``ops`` for an image whose mean colour is ``mean_bgr``."""
-        m, b = np.eye(3), np.zeros(3)
-        mean = np.asarray(mean_bgr, np.float64)[:3]
-        gray = _GRAY_BGR
+        # Plain Python floats: per image, a dozen tiny numpy calls cost more than cv2.transform.
+        gb, gg, gr = _GRAY_BGR_T
+        m = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+        b = [0.0, 0.0, 0.0]
+        mean = [float(v) for v in mean_bgr[:3]]
         for name, value in ops:
             if name == "brightness":    # x * a
-                m, b = m * value, b * value
+                a = float(value)
+                m = [[a * v for v in row] for row in m]
+                b = [a * v for v in b]
             elif name == "contrast":    # (x - g) * r + g, g: the grey mean of the current image
-                g = float(gray @ (m @ mean + b))
-                m, b = m * value, b * value + (1.0 - value) * g
-            elif name == "saturation":  # v x + (1 - v) grey(x)
-                s = value * np.eye(3) + (1.0 - value) * np.outer(np.ones(3), gray)
-                m, b = s @ m, s @ b
+                r = float(value)
+                cur = [sum(m[i][k] * mean[k] for k in range(3)) + b[i] for i in range(3)]
+                g = gb * cur[0] + gg * cur[1] + gr * cur[2]
+                m = [[r * v for v in row] for row in m]
+                b = [r * v + (1.0 - r) * g for v in b]
+            elif name == "saturation":  # v x + (1 - v) grey(x), on every row of the map
+                v = float(value)
+                grey_row = [gb * m[0][k] + gg * m[1][k] + gr * m[2][k] for k in range(3)]
+                grey_b = gb * b[0] + gg * b[1] + gr * b[2]
+                m = [[v * m[i][k] + (1.0 - v) * grey_row[k] for k in range(3)] for i in range(3)]
+                b = [v * b[i] + (1.0 - v) * grey_b for i in range(3)]
             else:                       # PCA lighting: x + eigvec @ (alpha * eigval)
-                b = b + self._eigvec @ (np.asarray(value) * self._eigval)
-        return np.hstack([m, b[:, None]]).astype(np.float32)
+                inc = self._eigvec @ (np.asarray(value, np.float64) * self._eigval)
+                b = [b[i] + float(inc[i]) for i in range(3)]
+        return np.array([m[0] + [b[0]], m[1] + [b[1]], m[2] + [b[2]]], np.float32)
 
     def get_transform(self, img):
         if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
