@@ -225,8 +225,10 @@ class ScheduledHyperParamSetter(HyperParamSetter):
     ``(e, v)`` sets the value to ``v`` after epoch ``e`` is done (``e = 0``: before the
     first epoch); with ``step_based=True`` after global step ``e``. Between points,
     the value is left alone; with ``interp='linear'`` it moves linearly from one point's
-    value to the next. Before training, a resumed run gets the value that the schedule
-    gives at its starting point.
+    value to the next. Before training (a resumed run starting mid-schedule), the value
+    the schedule gives at the starting point is compared with the parameter's: if they
+    differ, a warning names both and, with ``set_at_beginning=True`` (the default, as in
+    tensorpack), the schedule's value is set.
 
     With ``step_based=True`` the trainer is asked to end a train call at each change
     point; while interpolating, about 100 times per segment.
@@ -236,6 +238,8 @@ class ScheduledHyperParamSetter(HyperParamSetter):
         schedule: ``[(point, value), ...]``; points are non-negative integers.
         interp: None or ``'linear'``.
         step_based: points are global steps instead of epochs.
+        set_at_beginning: before training, set the value the schedule gives at the
+            starting point even when that point is not one of the schedule's.
 
     Example::
 
@@ -246,8 +250,9 @@ class ScheduledHyperParamSetter(HyperParamSetter):
     _UPDATES_PER_SEGMENT = 100
 
     def __init__(self, param: Union[HyperParam, str], schedule: Sequence[Tuple[int, float]],
-                 interp: Optional[str] = None, step_based: bool = False):
+                 interp: Optional[str] = None, step_based: bool = False, set_at_beginning: bool = True):
         super().__init__(param)
+        self.set_at_beginning = bool(set_at_beginning)
         self.schedule = self._check_schedule(schedule)
         if interp not in (None, "linear"):
             raise ValueError(f"ScheduledHyperParamSetter: interp must be None or 'linear', got {interp!r}.")
@@ -296,7 +301,7 @@ class ScheduledHyperParamSetter(HyperParamSetter):
                 if prev is None:
                     return None
                 pe, pv = prev
-                return pv + (v - pv) * (p - pe) / (e - pe)
+                return (p - pe) * 1.0 / (e - pe) * (v - pv) + pv
             prev = (e, v)
         return None
 
@@ -321,7 +326,31 @@ class ScheduledHyperParamSetter(HyperParamSetter):
         return self._value_at(self._point(), exact_only=True)
 
     def _value_for_before_train(self):
-        return self._value_at(self._point(before_train=True), exact_only=False)
+        return self._value_at(self._point(before_train=True), exact_only=True)
+
+    def _before_train(self):
+        super()._before_train()
+        self._check_value_at_beginning()
+
+    def _check_value_at_beginning(self) -> None:
+        p = self._point(before_train=True)
+        v = self._value_at(p, exact_only=False)
+        if v is None:
+            return
+        try:
+            actual = float(self.get_current_value())
+        except (TypeError, ValueError, RuntimeError):
+            return
+        if math.isclose(v, actual, rel_tol=1e-5, abs_tol=1e-8):
+            return
+        where = f"global step {p}" if self.step_based else f"epoch {p}"
+        logger.warning("[ScheduledHyperParamSetter] By its schedule, '%s' should be %s at %s (where this "
+                       "run starts), but it is %s.%s", self.param.readable_name, _fmt(v), where, _fmt(actual),
+                       " Setting it to the schedule's value." if self.set_at_beginning else
+                       " Left as it is (set_at_beginning=False); check how the parameter was initialized.")
+        if self.set_at_beginning:
+            self.param.set_value(v)
+            self._last_value = v
 
     def _trigger_epoch(self):
         if not self.step_based:

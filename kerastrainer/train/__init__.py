@@ -7,8 +7,9 @@ from .trainers import (SimpleTrainer, SyncMultiGPUTrainer, SyncMultiGPUTrainerPa
                        SyncMultiGPUTrainerReplicated)
 from .multiworker import MultiWorkerTrainer
 from .horovod import HorovodTrainer
+from .noop import NoOpTrainer
 
 __all__ = ["Trainer", "StopTraining", "TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS",
            "DEFAULT_MONITORS", "launch_train_with_config", "ModelDesc", "ModelDescBase", "SimpleTrainer",
            "SyncMultiGPUTrainer", "SyncMultiGPUTrainerReplicated", "SyncMultiGPUTrainerParameterServer",
-           "MultiWorkerTrainer", "HorovodTrainer"]
+           "MultiWorkerTrainer", "HorovodTrainer", "NoOpTrainer"]
