@@ -516,6 +516,19 @@ class _TpInvert(imgaug.PhotometricAugmentor):
         return 255 - img if do else img
 
 
+class _NoSuperInit(imgaug.ImageAugmentor):
+    """tensorpack's Clip / CenterPaste style: __init__ never calls the base class's."""
+
+    def __init__(self, delta):
+        self._init(locals())
+
+    def _get_augment_params(self, img):
+        return self.rng.randint(0, self.delta)
+
+    def _augment(self, img, v):
+        return img + v
+
+
 class _ReturnsTransform(imgaug.ImageAugmentor):
     def _get_augment_params(self, img):
         return imgaug.CropTransform(0, 0, 2, 3)
@@ -532,6 +545,9 @@ def test_tensorpack_style_subclasses(img):
     coords = np.array([[1.0, 2.0]], np.float32)
     np.testing.assert_array_equal(tfm.apply_coords(coords), coords)
     assert _ReturnsTransform().augment(img).shape == (2, 3, 3)
+    no_super = _NoSuperInit(1)
+    no_super.reset_state()
+    np.testing.assert_array_equal(imgaug.AugmentorList([no_super]).augment(img), img)
     legacy = _LegacyShift()
     legacy.__class__ = type("NoCoords", (imgaug.ImageAugmentor,),
                             {"_augment": lambda self, im, shift_by: np.roll(im, shift_by, axis=1),

@@ -2,7 +2,7 @@
 random application; and the augmentor that does nothing."""
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -80,7 +80,8 @@ class RandomOrderAug(AugmentorList):
         jitter = RandomOrderAug([BrightnessScale((0.6, 1.4)), Contrast((0.6, 1.4)), Saturation(0.4)])
     """
 
-    def __init__(self, augmentors: Sequence[ImageAugmentor] = None, aug_lists: Sequence[ImageAugmentor] = None):
+    def __init__(self, augmentors: Optional[Sequence[ImageAugmentor]] = None,
+                 aug_lists: Optional[Sequence[ImageAugmentor]] = None):
         if (augmentors is None) == (aug_lists is None):
             raise TypeError("RandomOrderAug: give the augmentors (aug_lists= is tensorpack's name), once.")
         super().__init__(augmentors if augmentors is not None else aug_lists)
