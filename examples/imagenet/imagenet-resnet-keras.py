@@ -114,7 +114,7 @@ def evaluate(args):
 
 
 def get_trainer(args):
-    kwargs = dict(precision=None if args.precision == "fp32" else args.precision, jit_compile=args.xla)
+    kwargs = dict(precision=None if args.precision == "fp32" else args.precision, jit_compile={"on": True, "off": False}.get(args.xla, "auto"))
     from kerastrainer import SimpleTrainer, SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated
     if args.gpus == 1:
         return SimpleTrainer(**kwargs)

@@ -32,7 +32,7 @@ def get_trainer(args):
 
     Returns ``(trainer, towers in the sync group, towers fed by this process)``.
     """
-    kwargs = dict(precision=None if args.precision == "fp32" else args.precision, jit_compile=args.xla)
+    kwargs = dict(precision=None if args.precision == "fp32" else args.precision, jit_compile={"on": True, "off": False}.get(args.xla, "auto"))
     if args.trainer in ("multiworker", "horovod"):
         if args.gpus != 1:
             raise SystemExit(f"--trainer {args.trainer} runs one process per device: start one process per "

@@ -246,7 +246,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--gpus", type=int, default=1, help="towers on this machine")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
-    parser.add_argument("--xla", action="store_true", help="compile each step with XLA")
+    parser.add_argument("--xla", choices=["auto", "on", "off"], default="auto",
+                        help="XLA: auto (the trainers' default: on GPUs, off on CPU), on or off")
     parser.add_argument("--load", help="weights to start from / to evaluate: a checkpoint or log dir")
     parser.add_argument("--eval", action="store_true", help="evaluate --load on the val set and exit")
     parser.add_argument("--epochs", type=int, default=90, help="the last epoch")
