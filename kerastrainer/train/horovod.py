@@ -56,7 +56,9 @@ class HorovodTrainer(_SyncedWorkersMixin, Trainer):
         average: average the gradients over processes (True) or sum them.
         compression: a ``hvd.Compression`` (``hvd.Compression.fp16`` halves the bytes on the
             wire); none by default.
-        **kwargs: the :class:`Trainer` arguments (``steps_per_call``, ``precision``, ``jit_compile``).
+        **kwargs: the :class:`Trainer` arguments (``steps_per_call``, ``precision``, ``jit_compile``:
+            ``'auto'``, XLA on the pinned GPU, compiles each step's forward and backward; the
+            Horovod all-reduce stays outside XLA).
 
     Raises:
         HorovodUnavailableError: Horovod cannot be imported; the message points to

@@ -206,7 +206,8 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
         cluster_resolver: a ``tf.distribute.cluster_resolver.ClusterResolver`` to use
             instead of the environment.
         **kwargs: the :class:`Trainer` arguments (``steps_per_call``, ``precision``,
-            ``jit_compile``, ``average``).
+            ``jit_compile``, ``average``). ``jit_compile='auto'`` compiles each step's forward
+            and backward with XLA on a GPU worker; the collective all-reduce stays outside XLA.
 
     Example::
 
