@@ -176,6 +176,15 @@ def test_bad_input_is_a_clear_error(small_jpeg):
         imgaug.DecodeRandomResizedCrop(32, color_jitter="yes")
 
 
+def test_file_paths(small_jpeg, tmp_path):
+    path = tmp_path / "a.JPEG"
+    path.write_bytes(small_jpeg)
+    aug = imgaug.DecodeRandomResizedCrop(40)
+    assert aug(str(path)).shape == (40, 40, 3) and aug.decode(path).shape == (40, 40, 3)
+    with pytest.raises(BadImageError, match="missing.JPEG"):
+        aug.decode(str(tmp_path / "missing.JPEG"))
+
+
 def test_pickles_for_worker_processes(small_jpeg):
     aug = pickle.loads(pickle.dumps(imgaug.DecodeRandomResizedCrop(32)))
     assert aug.decode(small_jpeg).shape == (32, 32, 3)

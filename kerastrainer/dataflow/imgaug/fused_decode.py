@@ -10,6 +10,7 @@ fused colour jitter and the flip with no intermediate copies.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -97,7 +98,8 @@ class DecodeRandomResizedCrop(ImageAugmentor):
         aug = DecodeRandomResizedCrop(224, interp=cv2.INTER_CUBIC)
         aug.reset_state()
         img = aug.decode(open("n01440764_10026.JPEG", "rb").read())   # (224, 224, 3) uint8 BGR
-        ds = MapDataComponent(ds, aug.decode, index=0)   # [jpeg bytes, label] -> [image, label]
+        img = aug.decode("n01440764_10026.JPEG")                      # or the path
+        ds = MapDataComponent(ds, aug, index=0)   # [file name or bytes, label] -> [image, label]
     """
 
     def __init__(self, target_shape: Union[int, Sequence[int]] = 224,
@@ -150,8 +152,10 @@ class DecodeRandomResizedCrop(ImageAugmentor):
         return TransformList(tfms)
 
     # ------------------------------------------------------------------ fused (encoded input)
-    def decode(self, data: Union[bytes, bytearray, memoryview, np.ndarray], name: str = "<buffer>") -> np.ndarray:
-        """Decode ``data`` (the bytes of an image file) and augment it; ``name`` is used in errors."""
+    def decode(self, data: Union[bytes, bytearray, memoryview, np.ndarray, str, os.PathLike],
+               name: str = "<buffer>") -> np.ndarray:
+        """Decode ``data`` (the bytes of an image file, or its path) and augment it;
+        ``name`` is used in errors."""
         return self.decode_with_params(data, name)[0]
 
     __call__ = decode
@@ -161,6 +165,12 @@ class DecodeRandomResizedCrop(ImageAugmentor):
         full-resolution pixels or None (fallback), 'scale': the DCT scale denominator
         (1, 2, 4, 8; 0 when not a JPEG), 'flip': bool}``."""
         from ..image import BadImageError, decode_image, is_truncated_jpeg
+        if isinstance(data, (str, os.PathLike)):
+            name = os.fspath(data)
+            try:
+                data = np.fromfile(name, np.uint8)
+            except OSError as e:
+                raise BadImageError(name, f"cannot read the file ({e.strerror or e}).") from e
         arr = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
         arr = arr.reshape(-1).view(np.uint8)
         size = jpeg_size(arr)
