@@ -126,7 +126,7 @@ def test_other_input_sources_train(source):
 
 @pytest.mark.parametrize("bad,match", [
     ([np.zeros((4, 8), "float32")], "1 components but inputs\\(\\) declares 2"),
-    ([np.zeros((4, 8, 1), "float32"), np.zeros(4, "int32")], "'x'.*wrong rank 3"),
+    ([np.zeros((4, 8, 1), "float32"), np.zeros(4, "int32")], "'x'.*wrong rank 3.*trailing axis of size 1"),
     ([np.zeros((4, 7), "float32"), np.zeros(4, "int32")], "'x'.*wrong shape.*\\(4, 7\\)"),
     ([np.zeros((4, 8), "float32"), np.zeros(4, "float32")], "'y'.*wrong dtype.*float32.*int32"),
 ])
@@ -134,6 +134,15 @@ def test_datapoint_mismatch_is_a_clear_error(bad, match):
     df = DataFromList([bad] * 3, shuffle=False)
     with pytest.raises(InputSourceError, match=match):
         launch_train_with_config(quiet_config(model=MLP(), dataflow=df, max_epoch=1), SimpleTrainer())
+
+
+def test_missing_channel_axis_names_the_fix():
+    """dataset.Mnist yields 28x28; a model declaring 28x28x1 is told how to reconcile them."""
+    from kerastrainer.input_source.base import check_datapoint
+    specs = [tf.TensorSpec((None, 28, 28, 1), tf.float32, "input"), tf.TensorSpec((None,), tf.int32, "label")]
+    with pytest.raises(InputSourceError, match=r"tf.expand_dims\(x, -1\).*MapDataComponent\(df, lambda x: "
+                                               r"x\[\.\.\., None\], index=0\)"):
+        check_datapoint([np.zeros((2, 28, 28), "float32"), np.zeros(2, "int32")], specs, "QueueInput")
 
 
 def _producer_threads():

@@ -52,6 +52,20 @@ def as_component_list(dp, specs: Sequence[tf.TensorSpec], where: str) -> list:
     return list(dp)
 
 
+def _channel_hint(got, declared: tf.TensorShape, index: int) -> str:
+    """A hint when the only difference is a trailing channel axis of size 1 (e.g. MNIST's 28x28)."""
+    if declared.rank is None:
+        return ""
+    dims = declared.as_list()
+    if len(dims) == len(got) + 1 and dims[-1] == 1 and tf.TensorShape(dims[:-1]).is_compatible_with(got):
+        return (" The declared input has a channel axis the data lacks: declare it without the last 1 and "
+                "add the axis in build_graph (tf.expand_dims(x, -1)), or add it in the DataFlow: "
+                f"MapDataComponent(df, lambda x: x[..., None], index={index}).")
+    if len(got) == len(dims) + 1 and got[-1] == 1 and tf.TensorShape(dims).is_compatible_with(got[:-1]):
+        return " The data has a trailing axis of size 1 that inputs() does not declare: declare it, or drop it."
+    return ""
+
+
 def check_datapoint(dp, specs: Sequence[tf.TensorSpec], where: str) -> List[np.ndarray]:
     """Check a datapoint against the specs and return its components as numpy arrays.
 
@@ -76,7 +90,8 @@ def check_datapoint(dp, specs: Sequence[tf.TensorSpec], where: str) -> List[np.n
             raise InputSourceError(
                 f"{where}: input '{spec.name}' (component {i}) does not match inputs(): wrong {problem}. "
                 f"The data gives shape {arr.shape} dtype {arr.dtype}; inputs() declares "
-                f"{spec_to_str(spec)}. Fix the DataFlow (e.g. BatchData, a cast in MapData) or inputs().")
+                f"{spec_to_str(spec)}. Fix the DataFlow (e.g. BatchData, a cast in MapData) or inputs()."
+                + _channel_hint(arr.shape, shape, i))
         if arr.dtype != want:
             arr = arr.astype(want)
         out.append(arr)
