@@ -102,8 +102,8 @@ class QueueInput(InputSource):
         yield self._first
         self._first = None
         where = f"{self.name} ({type(self.ds).__name__})"
+        count = 1  # the first pass gave the first datapoint already
         while not self._stop.is_set():
-            count = 0
             for dp in self._iter:
                 count += 1
                 yield check_datapoint(dp, self.input_signature, where)
@@ -116,6 +116,7 @@ class QueueInput(InputSource):
                     "generator that is exhausted is not); wrap a one-shot source with CacheData "
                     "or RepeatedData, or set steps_per_epoch*max_epoch within its length.")
             self._iter = iter(self.ds)
+            count = 0
 
     def _produce(self):
         try:
