@@ -231,6 +231,7 @@ class KerasModel:
         except Exception:  # noqa: BLE001
             self._trainer_template = None
         self._compile_args = None
+        self._jit_compile: Union[bool, str] = "auto"
         self._optimizer = None
         self._objectives = None
         self._io = None
@@ -238,12 +239,17 @@ class KerasModel:
         self.history: Optional[keras.callbacks.History] = None
 
     # --- compile ------------------------------------------------------------------------------
-    def compile(self, optimizer, loss, metrics=None, loss_weights=None) -> None:
+    def compile(self, optimizer, loss, metrics=None, loss_weights=None,
+                jit_compile: Union[bool, str] = "auto") -> None:
         """Like ``keras.Model.compile``: a Keras optimizer (or its name), the loss(es), the metrics.
 
         Losses and metrics may be Keras objects, functions or strings; a list or dict
-        gives one per output.
+        gives one per output. ``jit_compile``: XLA, as the trainer's argument: ``'auto'``
+        (on GPUs, with a fallback when XLA cannot compile the model) leaves the trainer's
+        own setting; True or False overrides it.
         """
+        if isinstance(jit_compile, str) and jit_compile != "auto" or jit_compile not in (True, False, "auto"):
+            raise ValueError(f"jit_compile must be True, False or 'auto'; got {jit_compile!r}")
         opt = keras.optimizers.get(optimizer) if isinstance(optimizer, (str, dict)) else optimizer
         if not isinstance(opt, keras.optimizers.Optimizer):
             raise TypeError(f"compile(optimizer=...) needs a Keras optimizer or its name; got {type(optimizer).__name__}.")
@@ -251,6 +257,7 @@ class KerasModel:
             raise ValueError("compile(loss=...) is required.")
         self._optimizer = opt
         self._compile_args = dict(loss=loss, metrics=metrics, loss_weights=loss_weights)
+        self._jit_compile = jit_compile
         self._objectives = None
         self._io = None
 
@@ -302,6 +309,8 @@ class KerasModel:
                                "copied for another: give a new one, KerasModel(model, trainer=...).")
         else:
             trainer = SimpleTrainer()
+        if self._jit_compile != "auto":
+            trainer.jit_compile = bool(self._jit_compile)
         return trainer
 
     @staticmethod
