@@ -188,3 +188,21 @@ def test_file_paths(small_jpeg, tmp_path):
 def test_pickles_for_worker_processes(small_jpeg):
     aug = pickle.loads(pickle.dumps(imgaug.DecodeRandomResizedCrop(32)))
     assert aug.decode(small_jpeg).shape == (32, 32, 3)
+
+
+def test_fallback_when_no_window_fits(fixed_seed):
+    """A window that can never fit (aspect 3 inside a square): shortest edge + centre crop."""
+    buf = _jpeg(_photo(400, 400, seed=2))
+    kw = dict(crop_area_fraction=(0.9, 1.0), aspect_ratio_range=(3.0, 3.0), target_shape=64)
+    fused = imgaug.DecodeRandomResizedCrop(**kw, color_jitter=False, flip=False, reduced_decode=False)
+    unfused = imgaug.GoogleNetRandomCropAndResize(**kw)
+    fused.reset_state()
+    unfused.reset_state()
+    img = cv2.imdecode(np.frombuffer(buf, np.uint8), cv2.IMREAD_COLOR)
+    out, p = fused.decode_with_params(buf)
+    assert p["box"] is None and p["scale"] == 1
+    np.testing.assert_array_equal(out, unfused.augment(img))
+    scaled = imgaug.DecodeRandomResizedCrop(**kw, color_jitter=False, flip=False)
+    out2, p2 = scaled.decode_with_params(buf)
+    assert p2["scale"] == 4 and out2.shape == (64, 64, 3)     # 400 / 4 = 100 >= 64
+    assert np.abs(out2.astype(np.int16) - out).mean() < 3
