@@ -248,3 +248,12 @@ def test_tensorpack_input_source_feeds_each_replica_its_own_batch():
     km.compile(keras.optimizers.SGD(0.1), _xent())
     km.fit(max_epoch=1)
     assert km.trainer.global_step == 3  # 6 batches, 2 a step (tensorpack's per-tower rule)
+
+
+def test_one_batch_epochs_restart_the_data():
+    # a DataFlow of one datapoint per pass (one global batch an epoch) is read again each epoch
+    x, y = _data(32)
+    km = KerasModel(_model(), input=(x, y))
+    km.compile(keras.optimizers.SGD(0.1), _xent())
+    hist = km.fit(batch_size=32, max_epoch=3)
+    assert len(hist.history["loss"]) == 3 and km.trainer.global_step == 3

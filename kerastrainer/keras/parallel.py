@@ -40,8 +40,6 @@ import tensorflow as tf
 
 from ..train.trainers import SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated
 from ..utils import logger
-from ..utils.devices import get_available_gpus as _physical_gpus
-from ..utils.devices import get_logical_cpus
 from .model import KerasModel
 
 __all__ = ["ModelMGPU", "make_parallel", "multi_gpu_model", "ModelKerasMGPU", "GPUListType",
@@ -57,6 +55,30 @@ class GPUListType:
     name_str = "name_str"   # '/gpu:0'
     int_id = "int_id"       # 0
     dspec = "dspec"         # tf.DeviceSpec
+
+
+def _local_devices(kind: str) -> List[str]:
+    """``'/gpu:i'`` (``'/cpu:i'``) names of this process's logical devices; a multi-worker
+    runtime lists the other workers' devices too, which are left out."""
+    try:
+        from tensorflow.python.eager import context
+        host = context.context().host_address_space()
+    except Exception:  # noqa: BLE001 - no cluster: every device is local
+        host = ""
+    out = []
+    for d in tf.config.list_logical_devices(kind):
+        spec = tf.DeviceSpec.from_string(d.name)
+        if spec.job is None or not host or d.name.startswith(host + "/"):
+            out.append(f"/{kind.lower()}:{spec.device_index}")
+    return out
+
+
+def _physical_gpus() -> List[str]:
+    return _local_devices("GPU")
+
+
+def get_logical_cpus() -> List[str]:
+    return _local_devices("CPU")
 
 
 def _device_pool() -> List[str]:

@@ -1,0 +1,122 @@
+"""Ported keras_experiments / Keras 2 / tensorpack Keras programs (tests/seed_programs/) run and give
+the right numbers.
+
+Each program runs in its own process through ``seed_programs/_harness.py``, which
+splits the CPU into N logical devices (the "GPUs": N=1 is the single-device path),
+seeds every RNG and, where numbers are compared, turns Dropout off (a serial and a
+data-parallel run draw different masks). The data are small arrays the test writes;
+each epoch is one global batch, so the sample order does not change the numbers.
+The reference is ``keras.Model.fit`` on one device with the program's own batch and
+learning rate.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import keras
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "seed_programs")
+HARNESS = os.path.join(PROGRAMS, "_harness.py")
+
+
+def run(program, *args, devices=1, no_dropout=True, cifar10=None, cwd=None, env=None, timeout=600, launcher=()):
+    cmd = list(launcher) + [sys.executable, HARNESS, "--devices", str(devices)]
+    cmd += ["--no-dropout"] if no_dropout else []
+    cmd += ["--cifar10", str(cifar10)] if cifar10 else []
+    cmd += [os.path.join(PROGRAMS, program)] + [str(a) for a in args]
+    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    full_env.update(env or {})
+    proc = subprocess.run(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          timeout=timeout)
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, out[-6000:]
+    return out
+
+
+def _cifar(tmp_path, n_train, n_test=16, seed=0):
+    rng = np.random.RandomState(seed)
+    path = tmp_path / "cifar10.npz"
+    np.savez(path, x_train=rng.randint(0, 256, (n_train, 32, 32, 3)).astype("uint8"),
+             y_train=rng.randint(0, 10, (n_train, 1)).astype("uint8"),
+             x_test=rng.randint(0, 256, (n_test, 32, 32, 3)).astype("uint8"),
+             y_test=rng.randint(0, 10, (n_test, 1)).astype("uint8"))
+    return path
+
+
+def _cifar_reference(path, batch, lr, epochs):
+    """The program's single-device training: make_model, RMSprop with Keras 2's decay, full batches."""
+    sys.path.insert(0, PROGRAMS)
+    try:
+        from cifar_common import make_model
+    finally:
+        sys.path.remove(PROGRAMS)
+    d = np.load(path)
+    x = d["x_train"].astype("float32") / 255
+    y = keras.utils.to_categorical(d["y_train"], 10)
+    assert len(x) == batch  # one global batch an epoch: the order of the samples does not matter
+    keras.utils.set_random_seed(0)
+    orig = keras.layers.Dropout.call
+    keras.layers.Dropout.call = lambda self, inputs, training=None: inputs
+    try:
+        model = make_model(x.shape[1:], 10)
+        model.compile(loss="categorical_crossentropy", metrics=["accuracy"], optimizer=keras.optimizers.RMSprop(
+            learning_rate=keras.optimizers.schedules.InverseTimeDecay(lr, 1, 1e-6)))
+        model.fit(x, y, batch_size=batch, epochs=epochs, shuffle=False, verbose=0)
+    finally:
+        keras.layers.Dropout.call = orig
+    return model
+
+
+def _assert_same_weights(model, reference):
+    for a, b in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mgpu_type", ["expmgpu", "kerasmgpu"])
+def test_cifar10_cnn_mgpu_both_types_equal_serial_and_reload(tmp_path, mgpu_type):
+    # 2 "GPUs", --batch_size 8: a global batch of 16, lr 2e-4 (the program scales both)
+    data = _cifar(tmp_path, n_train=16)
+    ckpt = tmp_path / "best.keras"
+    out = run("cifar10_cnn_mgpu.py", "--mgpu", "--mgpu-type", mgpu_type, "--batch_size", 8, "--epochs", 2,
+              "--checkpt", ckpt, devices=2, cifar10=data, cwd=tmp_path)
+    assert "Using GPUs: /cpu:0, /cpu:1" in out and "MULTI-GPU MODEL" in out and "SUBMODEL SUMMARY" in out
+    assert "Samples/sec:" in out and "Epoch timing" in out and "CIFAR VALIDATION LOSS, ACC" in out
+    # the best model of ModelCheckpoint(save_best_only): the second epoch's when it improved
+    best_epoch = 2 if "Epoch 2: val_accuracy improved" in out else 1
+    reference = _cifar_reference(data, batch=16, lr=2e-4, epochs=best_epoch)
+    trained = keras.models.load_model(str(ckpt))  # the template, saved by ModelCheckpoint
+    _assert_same_weights(trained, reference)
+    x = np.load(data)["x_test"].astype("float32") / 255
+    np.testing.assert_allclose(trained.predict(x, verbose=0), reference.predict(x, verbose=0), rtol=1e-4,
+                               atol=1e-6)
+
+
+@pytest.mark.slow
+def test_cifar10_cnn_mgpu_serial_path_and_syncopt(tmp_path):
+    data = _cifar(tmp_path, n_train=16)
+    out = run("cifar10_cnn_mgpu.py", "--batch_size", 16, "--epochs", 1, devices=1, cifar10=data, cwd=tmp_path)
+    assert "Using GPUs" not in out and "CIFAR VALIDATION LOSS, ACC" in out
+    out = run("cifar10_cnn_mgpu.py", "--mgpu", "2", "--syncopt", "--batch_size", 8, "--epochs", 1,
+              devices=3, cifar10=data, cwd=tmp_path)
+    assert "Using GPUs: /cpu:0, /cpu:1" in out
+    assert "RMSPropMGPU(gdev_list=..., usenccl=...) has no TF2 meaning" in out
+
+
+@pytest.mark.slow
+def test_cifar10_cnn_distrib_slurm_under_a_faked_two_task_srun(tmp_path):
+    # 2 workers x 1 device: batch 32 * 2 = 64 global, lr 2e-4; each worker reads its 32 samples
+    data = _cifar(tmp_path, n_train=64)
+    saved = tmp_path / "trained.keras"
+    out = run("cifar10_cnn_distrib_slurm.py", "--epochs", 2, "--save-weights", saved, devices=1, cifar10=data,
+              cwd=tmp_path, launcher=[sys.executable, os.path.join(PROGRAMS, "fake_srun.py"), "-n", "2"],
+              timeout=600)
+    assert "rank 0 of 2 (chief)" in out and "rank 1 of 2" in out
+    assert "worker 1 of 2 reads its shard of the data (32 samples a step)" in out
+    assert "CIFAR VALIDATION LOSS, ACC" in out
+    reference = _cifar_reference(data, batch=64, lr=2e-4, epochs=2)
+    _assert_same_weights(keras.models.load_model(str(saved)), reference)
