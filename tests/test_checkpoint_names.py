@@ -342,3 +342,26 @@ def test_keras_model_weights_load_by_layer_name(tmp_path):
     for layer in ("h", "o"):
         for a, b in zip(first.get_layer(layer).weights, second.get_layer(layer).weights):
             np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_replicated_trainer_saves_and_loads_by_name(tmp_path):
+    from _devices import cpus
+    from kerastrainer.train import SyncMultiGPUTrainerReplicated
+    devices = cpus(2)  # logical CPU devices (conftest)
+    logger.set_logger_dir(str(tmp_path / "a"), "k")
+    try:
+        t = SyncMultiGPUTrainerReplicated(devices, steps_per_call=1)
+        launch_train_with_config(TrainConfig(model=Swappable(), dataflow=LinearData(dim=W), callbacks=[ModelSaver()],
+                                             extra_callbacks=[], monitors=[], steps_per_epoch=3, max_epoch=1), t)
+    finally:
+        logger.unset_logger_dir()
+    saved = load_chkpt_vars(latest_checkpoint(str(tmp_path / "a")))
+    for name, value in weights_of(t).items():
+        np.testing.assert_array_equal(saved[name], value)
+    t2 = SyncMultiGPUTrainerReplicated(devices, steps_per_call=1)
+    launch_train_with_config(TrainConfig(model=Swappable(first="b"), dataflow=LinearData(dim=W), extra_callbacks=[],
+                                         monitors=[], session_init=str(tmp_path / "a"), steps_per_epoch=3,
+                                         max_epoch=0), t2)
+    for name, var in t2.named_variables().items():
+        for replica_value in t2.strategy.experimental_local_results(getattr(var, "value", var)):
+            np.testing.assert_array_equal(np.asarray(replica_value), saved[name], err_msg=name)
