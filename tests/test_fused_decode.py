@@ -48,6 +48,8 @@ def test_jpeg_size(big_jpeg, small_jpeg):
     assert imgaug.jpeg_size(cv2.imencode(".png", _photo(10, 12))[1].tobytes()) is None
     assert imgaug.jpeg_size(b"") is None
     assert imgaug.jpeg_size(big_jpeg[:20]) is None   # cut before the frame header
+    ok, prog = cv2.imencode(".jpg", _photo(30, 50), [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])
+    assert imgaug.jpeg_size(prog.tobytes()) == (30, 50)
 
 
 def test_crop_windows_are_the_unfused_ones(big_jpeg, fixed_seed):
