@@ -478,3 +478,79 @@ def test_modules_do_not_import_tensorflow():
             "import kerastrainer.dataflow.remote, kerastrainer.dataflow.wire, kerastrainer.utils.concurrency\n"
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n" % REPO)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# --- the local sockets take only their own workers' messages --------------------
+
+def _send_garbage(address, router=False, hello=False):
+    """What another local process could send to a runner's socket (as the same user)."""
+    import zmq
+    from kerastrainer.dataflow import wire
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER if router else zmq.PUSH)
+    try:
+        s.connect(address)
+        s.send(os.urandom(100))
+        s.send_multipart([b"KTERR", b"\x81\xa5owner\xa4fake"])        # a forged worker error
+        s.send_multipart([b"KTS1" + os.urandom(14), b"x"])            # a forged shared-memory slot
+        s.send_multipart(wire.dumps_frames([np.zeros((30, 40), np.int32), -1, 0]))
+        if hello:
+            s.send_multipart([b"H", (0).to_bytes(8, "little")])       # a forged worker HELLO
+        s.send_multipart([b"D", (1).to_bytes(8, "little")] + wire.dumps_frames(["forged"]))
+    finally:
+        s.close(linger=2000)
+        ctx.term()
+
+
+def test_zmq_runner_drops_messages_from_other_processes():
+    r = MultiProcessRunnerZMQ(Numbers(20, delay=0.01, sized=False), num_proc=1, hwm=4)
+    r.reset_state()
+    try:
+        it = iter(r)
+        check_datapoint(next(it))
+        _send_garbage(r.address)
+        got = [next(it) for _ in range(30)]
+        for dp in got:
+            check_datapoint(dp)
+        assert all(dp[1] >= 0 for dp in got)
+        assert r.num_malformed >= 5
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_process_map_drops_messages_from_other_processes(strict):
+    ds = MultiProcessMapDataZMQ(Numbers(30, delay=0.005), 2, lambda dp: dp, buffer_size=4, strict=strict)
+    ds.reset_state()
+    try:
+        first = list(ds)
+        _send_garbage(ds.address, router=True, hello=True)
+        second = list(ds)
+        for dp in first + second:
+            check_datapoint(dp)
+        assert sorted(dp[1] for dp in first + second) == sorted(list(range(30)) * 2)
+        assert ds.num_malformed >= 6
+    finally:
+        ds.close()
+
+
+class Huge(DataFlow):
+    def __iter__(self):
+        while True:
+            yield [np.zeros(200 << 10, np.uint8)]
+
+
+def test_worker_datapoint_over_the_message_limit_is_a_clear_error():
+    r = MultiProcessRunnerZMQ(Huge(), num_proc=1, shared_memory=False, max_message_bytes=64 << 10)
+    r.reset_state()
+    exc = run_with_deadline(lambda: next(iter(r)))
+    assert isinstance(exc, DataFlowWorkerError) and "max_message_bytes=65536" in str(exc), exc
+    r.close()
+    ds = MultiProcessMapDataZMQ(Numbers(5), 1, lambda dp: [np.zeros(200 << 10, np.uint8)],
+                                max_message_bytes=64 << 10)
+    ds.reset_state()
+    exc = run_with_deadline(lambda: list(ds))
+    assert isinstance(exc, DataFlowWorkerError) and "max_message_bytes" in str(exc), exc
+    ds.close()
+    with pytest.raises(ValueError, match="max_message_bytes"):
+        MultiProcessRunnerZMQ(Numbers(), max_message_bytes=1)

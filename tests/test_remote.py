@@ -14,6 +14,8 @@ from kerastrainer.dataflow.base import DataFlow
 from kerastrainer.dataflow.remote import RemoteDataZMQ, send_dataflow_zmq
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _zmtp  # noqa: E402
 
 SENDER = textwrap.dedent("""
     import sys
@@ -93,6 +95,74 @@ def test_garbage_is_skipped_with_a_warning(receiver, caplog):
         ctx.term()
     assert tag == "good" and (arr == np.arange(5000)).all()
     assert receiver.num_malformed == 3
+
+
+def _hostile_dtype_header():
+    import msgpack
+    inner = msgpack.packb(["i4,(", [1], b"\0" * 4], use_bin_type=True)   # numpy: SyntaxError
+    return wire.HEADER_MAGIC + msgpack.packb(msgpack.ExtType(1, inner), use_bin_type=True)
+
+
+def test_any_bytes_are_one_malformed_message_at_worst(receiver):
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.PUSH)
+    try:
+        raw.connect(receiver.addresses[0])
+        raw.send(_hostile_dtype_header())
+        raw.send(os.urandom(100))
+        raw.send(wire.BUFFER_MAGIC + os.urandom(96))
+        raw.send_multipart(wire.dumps_frames(["good"]))
+        assert receive(receiver, 1)[0] == ["good"]
+    finally:
+        raw.close(linger=1000)
+        ctx.term()
+    assert receiver.num_malformed == 3
+
+
+def test_huge_frame_claim_is_refused_before_buffering(receiver):
+    port = int(receiver.addresses[0].rsplit(":", 1)[1])
+    peer = _zmtp.connect_push("127.0.0.1", port)
+    try:
+        peer.sendall(_zmtp.long_frame_header(2 << 30) + b"x" * 4096)   # claims 2 GiB
+        assert _zmtp.closed_by_peer(peer, timeout=20), "the receiver kept a 2 GiB frame open"
+    finally:
+        peer.close()
+    ctx = zmq.Context()
+    good = ctx.socket(zmq.PUSH)
+    try:
+        good.connect(receiver.addresses[0])
+        good.send_multipart(wire.dumps_frames(["still here"]))
+        assert receive(receiver, 1)[0] == ["still here"]
+    finally:
+        good.close(linger=1000)
+        ctx.term()
+
+
+def test_message_size_limit_is_configurable_and_checked_by_the_sender():
+    ds = RemoteDataZMQ("tcp://127.0.0.1:*", timeout=30, max_message_bytes=64 << 10)
+    ds.reset_state()
+    try:
+        class Big(DataFlow):
+            def __iter__(self):
+                yield [np.zeros(100 << 10, np.uint8)]
+        with pytest.raises(ValueError, match="max_message_bytes"):
+            send_dataflow_zmq(Big(), ds.addresses[0], num_epochs=1, timeout=5, max_message_bytes=64 << 10)
+        ctx = zmq.Context()
+        raw = ctx.socket(zmq.PUSH)
+        try:
+            raw.connect(ds.addresses[0])
+            # two frames under the limit each, over it together: malformed, skipped
+            raw.send_multipart(wire.dumps_frames([np.zeros(40 << 10, np.uint8), np.ones(40 << 10, np.uint8)]))
+            raw.send_multipart(wire.dumps_frames(["small"]))
+            assert receive(ds, 1)[0] == ["small"]
+        finally:
+            raw.close(linger=1000)
+            ctx.term()
+        assert ds.num_malformed == 1
+    finally:
+        ds.close()
+    with pytest.raises(ValueError, match="max_message_bytes"):
+        RemoteDataZMQ("tcp://127.0.0.1:*", max_message_bytes=10)
 
 
 def test_garbage_raises_when_asked():

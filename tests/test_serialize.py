@@ -148,6 +148,57 @@ def test_lmdb_errors(tmp_path):
         LMDBSerializer.load(str(junk))
 
 
+_READ_LMDB = """
+import sys
+from kerastrainer.dataflow import LMDBSerializer
+try:
+    ds = LMDBSerializer.load(sys.argv[1], shuffle=False)
+    ds.reset_state()
+    print("READ", sum(1 for _ in ds))
+except Exception as e:
+    print("ERROR", type(e).__name__, e)
+"""
+
+
+def _read_in_subprocess(path):
+    import subprocess
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _READ_LMDB, path], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert p.returncode == 0, f"reading {path} ended with rc {p.returncode}: {p.stderr[-2000:]}"
+    return p.stdout
+
+
+@pytest.mark.parametrize("keep", [0, 100, 4096, 8192, 12288, "all-but-one-page"])
+def test_truncated_lmdb_is_an_error_naming_the_file_not_a_signal(tmp_path, keep):
+    path = str(tmp_path / "cut.lmdb")
+    LMDBSerializer.save(DataFromList([[np.full(3000, i, np.float32)] for i in range(50)], shuffle=False), path)
+    size = os.path.getsize(path)
+    os.truncate(path, size - 4096 if keep == "all-but-one-page" else keep)
+    out = _read_in_subprocess(path)   # unchecked, this was SIGBUS (rc 135) with no message
+    assert "ERROR ValueError" in out and "cut.lmdb" in out, out
+    assert "empty" in out if keep == 0 else "truncated" in out, out
+    if keep != 0:
+        return
+    whole = str(tmp_path / "whole.lmdb")   # the check passes complete files
+    LMDBSerializer.save(DataFromList([[1], [2]], shuffle=False), whole)
+    assert "READ 2" in _read_in_subprocess(whole)
+
+
+def test_garbage_inside_an_lmdb_file_names_the_file(tmp_path):
+    path = str(tmp_path / "garbled.lmdb")
+    LMDBSerializer.save(DataFromList([[np.full(8, i, np.float32), "x" * i] for i in range(600)],
+                                     shuffle=False), path)
+    data = bytearray(open(path, "rb").read())
+    rng = np.random.RandomState(0)
+    for page in range(2, len(data) // 4096):   # every page but the meta pages
+        data[page * 4096 + 16:page * 4096 + 116] = rng.randint(0, 256, 100).astype(np.uint8).tobytes()
+    open(path, "wb").write(bytes(data))
+    out = _read_in_subprocess(path)
+    assert "ERROR" in out and "garbled.lmdb" in out and "damaged" in out, out
+
+
 def test_lmdb_without_keys_entry_uses_all_keys(tmp_path):
     import lmdb
     path = str(tmp_path / "plain.lmdb")

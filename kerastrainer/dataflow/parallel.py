@@ -13,6 +13,14 @@ Semantics (tensorpack's): every worker runs its own copy of ``ds`` forever, so o
 over ``ds``. ``len(runner) == len(ds)``; each ``__iter__`` call yields ``len(ds)``
 datapoints when the size is known, and never stops otherwise.
 
+The consumer's local socket is for its own workers only: every worker message
+starts with a random token made per run (16 bytes, known only to the consumer and
+its forked workers); a message without it (a stray or hostile local process) is
+dropped, counted in ``num_malformed`` and logged, never fatal. On Linux the socket
+also refuses connections from other users (ZMQ_IPC_FILTER_UID), and it refuses
+frames over ``max_message_bytes`` (default 1 GiB) before ZeroMQ allocates them; a
+worker whose datapoint is over that limit fails with an error saying so.
+
 Failure behaviour: a worker that raises makes the consumer raise
 :class:`DataFlowWorkerError` with the worker's traceback; a worker that dies (e.g.
 SIGKILL) makes it raise within about a second, naming the pid and the signal;
@@ -30,6 +38,7 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import hmac
 import itertools
 import mmap
 import os
@@ -56,13 +65,14 @@ from ..utils import logger
 from ..utils.concurrency import (StoppableThread, describe_exitcode, die_with_parent, mp_fork_context,
                                  stop_processes)
 from .base import DataFlow, DataFlowReentrantGuard
-from .wire import dumps_frames, loads_frames
+from .wire import DEFAULT_MAX_MESSAGE_BYTES, check_message_size, dumps_frames, loads_frames, message_nbytes
 
 __all__ = ["MultiProcessRunnerZMQ", "MultiProcessRunner", "MultiThreadRunner", "DataFlowWorkerError"]
 
 ERROR_MARKER = b"KTERR"      # first frame of a worker's error message
 _LIVENESS_INTERVAL = 0.5     # seconds between worker liveness checks while data flows
 _POLL_MS = 1000
+_TOKEN_BYTES = 16
 
 
 class DataFlowWorkerError(RuntimeError):
@@ -91,11 +101,11 @@ def error_frames(owner: str, idx: int) -> List[bytes]:
     return [ERROR_MARKER, msgpack.packb(info, use_bin_type=True)]
 
 
-def report_failure_and_exit(sock: zmq.Socket, ctx: zmq.Context, owner: str, idx: int) -> None:
+def report_failure_and_exit(sock: zmq.Socket, ctx: zmq.Context, owner: str, idx: int, token: bytes) -> None:
     """In a worker, inside ``except``: send the exception to the consumer, then exit."""
     sock.sndtimeo = 5000
     try:
-        sock.send_multipart(error_frames(owner, idx))
+        sock.send_multipart([token] + error_frames(owner, idx))
     except zmq.ZMQError:
         pass
     sock.close(linger=5000)
@@ -115,6 +125,24 @@ def raise_if_error_frames(frames) -> None:
         except Exception:  # a broken error message is still an error
             msg = "a worker sent an unreadable error message"
         raise DataFlowWorkerError(msg)
+
+
+def secure_local_socket(sock: zmq.Socket, max_message_bytes: Optional[int]) -> None:
+    """Options of a consumer's local socket: the size limit, and this user's processes only."""
+    if max_message_bytes is not None:
+        sock.maxmsgsize = int(max_message_bytes)
+    try:  # refuse ipc connections from other users (libzmq built with SO_PEERCRED)
+        sock.setsockopt(zmq.IPC_FILTER_UID, os.getuid())
+    except (AttributeError, zmq.ZMQError):
+        pass
+
+
+def check_max_message_bytes(value: Optional[int], who: str) -> Optional[int]:
+    if value is None:
+        return None
+    if int(value) < 1024:
+        raise ValueError(f"{who}: max_message_bytes must be None (no limit) or >= 1024, got {value!r}")
+    return int(value)
 
 
 def new_ipc_address(prefix: str) -> tuple:
@@ -147,10 +175,30 @@ def _worker_prologue(parent_pid: int, use_pdeathsig: bool) -> None:
 class WorkerProcesses:
     """The forked worker processes of one runner, and how to tell whether they are alive."""
 
-    def __init__(self, owner: str):
+    def __init__(self, owner: str, max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES):
         self.owner = owner
         self.procs: list = []
         self._last_check = 0.0
+        self.token = os.urandom(_TOKEN_BYTES)   # every message of our workers starts with it
+        self.max_message_bytes = max_message_bytes
+        self.num_malformed = 0
+
+    def accept(self, frames: list, router: bool) -> Optional[list]:
+        """``frames`` without the token frame if they come from our workers; else None (counted).
+
+        ``router``: the first frame is a ROUTER socket's peer identity (kept).
+        """
+        k = 1 if router else 0
+        # (sizes are checked by the workers before sending, and per frame by zmq's maxmsgsize)
+        if len(frames) > k + 1 and hmac.compare_digest(frames[k].bytes, self.token):
+            return frames[:k] + frames[k + 1:]
+        self.num_malformed += 1
+        n = self.num_malformed
+        if n <= 5 or n % 1000 == 0:
+            logger.warning("%s: dropped a message of %d frame(s) on its local socket that did not come from "
+                           "its workers (%d so far). Another local process is writing to it.",
+                           self.owner, len(frames), n)
+        return None
 
     def start(self, target: Callable, args_of: Callable[[int], tuple], num: int) -> None:
         ctx = mp_fork_context()
@@ -186,38 +234,44 @@ class WorkerProcesses:
 
 
 def recv_checked(sock: zmq.Socket, workers: WorkerProcesses, poller: zmq.Poller,
-                 timeout: Optional[float] = None) -> list:
-    """Receive one multipart message, raising as soon as a worker dies or reports an error.
+                 timeout: Optional[float] = None, router: bool = False) -> list:
+    """Receive one multipart message of our workers (token frame removed), raising as soon as
+    a worker dies or reports an error. Messages of other processes are dropped and counted.
 
     ``poller`` must watch ``sock`` and the workers' sentinels.
     """
     dead = workers.check()
-    if not dead:
+    while not dead:
         try:
-            frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            frames = workers.accept(sock.recv_multipart(flags=zmq.NOBLOCK, copy=False), router)
+        except zmq.Again:
+            break
+        if frames is not None:
             raise_if_error_frames(frames)
             return frames
-        except zmq.Again:
-            pass
     deadline = None if timeout is None else time.monotonic() + timeout
     while not dead:
         events = dict(poller.poll(_POLL_MS))
         if sock in events:
-            frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-            raise_if_error_frames(frames)
-            return frames
+            frames = workers.accept(sock.recv_multipart(flags=zmq.NOBLOCK, copy=False), router)
+            if frames is not None:
+                raise_if_error_frames(frames)
+                return frames
+            continue
         dead = workers.check(force=True)
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"{workers.owner}: no datapoint arrived within {timeout} s")
-    fail_for_dead(sock, workers, dead)
+    fail_for_dead(sock, workers, dead, router)
 
 
-def fail_for_dead(sock: zmq.Socket, workers: WorkerProcesses, dead: list) -> None:
+def fail_for_dead(sock: zmq.Socket, workers: WorkerProcesses, dead: list, router: bool = False) -> None:
     """Raise the error of the dead workers: the traceback one of them sent, or how it died."""
     # A worker that raised sent its traceback just before exiting: look for it.
     end = time.monotonic() + 1.0
     while time.monotonic() < end and sock.poll(300, zmq.POLLIN):
-        raise_if_error_frames(sock.recv_multipart(copy=False))  # data is dropped: we fail anyway
+        frames = workers.accept(sock.recv_multipart(copy=False), router)
+        if frames is not None:
+            raise_if_error_frames(frames)  # data is dropped: we fail anyway
     raise workers.death_error(dead)
 
 
@@ -461,7 +515,7 @@ class _ShmReader:
         return loads_frames([frames[1]] + [whole[off:off + size] for off, size in layout])
 
 
-def _zmq_runner_worker(parent_pid, use_pdeathsig, ds, addr, hwm, idx, owner, chan):
+def _zmq_runner_worker(parent_pid, use_pdeathsig, ds, addr, hwm, idx, owner, chan, token, max_bytes):
     _worker_prologue(parent_pid, use_pdeathsig)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
@@ -473,13 +527,16 @@ def _zmq_runner_worker(parent_pid, use_pdeathsig, ds, addr, hwm, idx, owner, cha
         while True:
             n = 0
             for dp in ds:
-                sock.send_multipart(encode(dp), copy=False)
+                frames = encode(dp)
+                if max_bytes is not None:
+                    check_message_size(message_nbytes(frames), max_bytes, f"{owner} worker {idx}")
+                sock.send_multipart([token] + frames, copy=False)
                 n += 1
             if n == 0:
                 raise RuntimeError(f"The DataFlow {type(ds).__name__} given to {owner} yielded no datapoint "
                                    "in a whole pass; the worker would spin forever.")
     except Exception:
-        report_failure_and_exit(sock, ctx, owner, idx)
+        report_failure_and_exit(sock, ctx, owner, idx, token)
 
 
 class MultiProcessRunnerZMQ(_RunnerBase):
@@ -494,6 +551,12 @@ class MultiProcessRunnerZMQ(_RunnerBase):
         shared_memory: move datapoints with >= 1 MiB of arrays through shared memory
             (Linux memfd slots, one copy in the worker, none in the consumer) instead of
             the socket; None (default) uses it where the platform has it.
+        max_message_bytes: the largest datapoint (encoded) that may go through the
+            socket (default 1 GiB); a worker with a larger one fails, saying so. None:
+            no limit.
+
+    Messages on the local socket that do not come from this runner's workers are
+    dropped and counted in ``num_malformed`` (see the module docstring).
 
     Arrays that go through the socket are sent without copying them: a DataFlow must
     not modify an array in place after yielding it (make a new array per datapoint,
@@ -507,8 +570,10 @@ class MultiProcessRunnerZMQ(_RunnerBase):
             ...
     """
 
-    def __init__(self, ds, num_proc: int = 1, hwm: int = 50, shared_memory: Optional[bool] = None):
+    def __init__(self, ds, num_proc: int = 1, hwm: int = 50, shared_memory: Optional[bool] = None,
+                 max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES):
         super().__init__()
+        self.max_message_bytes = check_max_message_bytes(max_message_bytes, type(self).__name__)
         if shared_memory and not shm_supported():
             raise ValueError("MultiProcessRunnerZMQ: shared_memory=True needs Linux (os.memfd_create); "
                              "leave it as None to use it where available.")
@@ -531,14 +596,20 @@ class MultiProcessRunnerZMQ(_RunnerBase):
     def __len__(self) -> int:
         return self.ds.__len__()
 
+    @property
+    def num_malformed(self) -> int:
+        """Messages dropped on the local socket because they did not come from the workers."""
+        return self._workers.num_malformed if self._workers is not None else 0
+
     def reset_state(self) -> None:
         self._begin_reset()
         name = type(self).__name__
-        self._workers = WorkerProcesses(name)
+        self._workers = WorkerProcesses(name, self.max_message_bytes)
         addr, tmpdir = new_ipc_address("kt-runner-")
         ctx = zmq.Context()
         sock = ctx.socket(zmq.PULL)
         sock.rcvhwm = self.hwm
+        secure_local_socket(sock, self.max_message_bytes)
         self._closers: list = []
         self._finalizer = weakref.finalize(self, _release_zmq, self._workers.procs, [sock], ctx, tmpdir,
                                            os.getpid(), self._closers)
@@ -551,7 +622,9 @@ class MultiProcessRunnerZMQ(_RunnerBase):
         self._shm = _ShmReader(self._chans) if self.shared_memory else None
         self._closers.extend(c for pair in pairs for c in pair if c is not None)
         try:
-            self._workers.start(_zmq_runner_worker, lambda i: (self.ds, addr, self.hwm, i, name, pairs[i][1]),
+            token, max_bytes = self._workers.token, self.max_message_bytes
+            self._workers.start(_zmq_runner_worker,
+                                lambda i: (self.ds, addr, self.hwm, i, name, pairs[i][1], token, max_bytes),
                                 self.num_proc)
         finally:
             for _, b in pairs:

@@ -30,16 +30,17 @@ import time
 import traceback
 import weakref
 from abc import abstractmethod
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import zmq
 
 from .base import DataFlowReentrantGuard, ProxyDataFlow
 from .parallel import (DataFlowWorkerError, WorkerProcesses, _release_threads, _release_zmq, _worker_prologue,
-                       _WorkerFailure, fail_for_dead, new_ipc_address, raise_if_error_frames, recv_checked,
-                       report_failure_and_exit)
+                       _WorkerFailure, check_max_message_bytes, fail_for_dead, new_ipc_address,
+                       raise_if_error_frames, recv_checked, report_failure_and_exit, secure_local_socket)
+from ..utils import logger
 from ..utils.concurrency import StoppableThread
-from .wire import dumps_frames, loads_frames
+from .wire import DEFAULT_MAX_MESSAGE_BYTES, check_message_size, dumps_frames, loads_frames, message_nbytes
 
 __all__ = ["MultiProcessMapDataZMQ", "MultiProcessMapData", "MultiThreadMapData"]
 
@@ -204,24 +205,27 @@ class _ParallelMapBase(ProxyDataFlow):
 # processes
 # ----------------------------------------------------------------------------
 
-def _map_worker(parent_pid, use_pdeathsig, map_func, addr, hwm, idx, owner):
+def _map_worker(parent_pid, use_pdeathsig, map_func, addr, hwm, idx, owner, token, max_bytes):
     _worker_prologue(parent_pid, use_pdeathsig)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.sndhwm = sock.rcvhwm = hwm
     sock.connect(addr)
     try:
-        sock.send_multipart([_HELLO, _TAG.pack(idx)])
+        sock.send_multipart([token, _HELLO, _TAG.pack(idx)])
         while True:
             frames = sock.recv_multipart(copy=False)
             tag = frames[0].bytes
             out = map_func(loads_frames(frames[1:]))
             if out is None:
-                sock.send_multipart([_NONE, tag])
+                sock.send_multipart([token, _NONE, tag])
             else:
-                sock.send_multipart([_DATA, tag] + dumps_frames(out), copy=False)
+                out_frames = dumps_frames(out)
+                if max_bytes is not None:
+                    check_message_size(message_nbytes(out_frames), max_bytes, f"{owner} worker {idx}")
+                sock.send_multipart([token, _DATA, tag] + out_frames, copy=False)
     except Exception:
-        report_failure_and_exit(sock, ctx, owner, idx)
+        report_failure_and_exit(sock, ctx, owner, idx, token)
 
 
 class MultiProcessMapDataZMQ(_ParallelMapBase):
@@ -232,13 +236,21 @@ class MultiProcessMapDataZMQ(_ParallelMapBase):
     A worker that raises makes the consumer raise :class:`DataFlowWorkerError` with
     its traceback; a worker that dies makes it raise within about a second.
 
+    The local socket takes messages of its own workers only (a per-run token, same-user
+    connections, frames up to ``max_message_bytes``, default 1 GiB): anything else is
+    dropped and counted in ``num_malformed``, never fatal (see
+    :mod:`kerastrainer.dataflow.parallel`). A result over ``max_message_bytes`` makes
+    its worker fail with an error saying so (None: no limit).
+
     Example::
 
         ds = MultiProcessMapDataZMQ(ds, num_proc=4, map_func=lambda dp: [augment(dp[0]), dp[1]])
     """
 
-    def __init__(self, ds, num_proc: int, map_func: Callable, buffer_size: int = 200, strict: bool = False):
+    def __init__(self, ds, num_proc: int, map_func: Callable, buffer_size: int = 200, strict: bool = False,
+                 max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES):
         super().__init__(ds, map_func, buffer_size, strict)
+        self.max_message_bytes = check_max_message_bytes(max_message_bytes, type(self).__name__)
         if int(num_proc) < 1:
             raise ValueError(f"{type(self).__name__}: num_proc must be >= 1, got {num_proc}")
         self.num_proc = int(num_proc)
@@ -246,21 +258,30 @@ class MultiProcessMapDataZMQ(_ParallelMapBase):
         self._workers = None
         self._load = []
 
+    @property
+    def num_malformed(self) -> int:
+        """Messages dropped on the local socket because they did not come from the workers."""
+        return self._workers.num_malformed if self._workers is not None else 0
+
     def _start_workers(self) -> None:
         name = type(self).__name__
-        self._workers = WorkerProcesses(name)
+        self._workers = WorkerProcesses(name, self.max_message_bytes)
         addr, tmpdir = new_ipc_address("kt-map-")
         ctx = zmq.Context()
         sock = ctx.socket(zmq.ROUTER)
         # buffer_size bounds what is in flight; the HWM must never drop or block below it
         sock.sndhwm = sock.rcvhwm = self.buffer_size * 2 + 10
         sock.router_mandatory = 1
+        secure_local_socket(sock, self.max_message_bytes)
         self._finalizer = weakref.finalize(self, _release_zmq, self._workers.procs, [sock], ctx, tmpdir,
                                            os.getpid())
         sock.bind(addr)
         self._sock = sock
+        self.address = addr
         hwm = self.buffer_size + 10
-        self._workers.start(_map_worker, lambda i: (self.map_func, addr, hwm, i, name), self.num_proc)
+        token, max_bytes = self._workers.token, self.max_message_bytes
+        self._workers.start(_map_worker, lambda i: (self.map_func, addr, hwm, i, name, token, max_bytes),
+                            self.num_proc)
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
         for s in self._workers.sentinels:
@@ -268,16 +289,18 @@ class MultiProcessMapDataZMQ(_ParallelMapBase):
         # wait until every worker is connected, so work is spread from the first datapoint
         self._ids = [None] * self.num_proc   # zmq identity of worker i
         while None in self._ids:
-            frames = recv_checked(sock, self._workers, self._poller, timeout=60)
-            if len(frames) == 3 and frames[1].bytes == _HELLO:
-                self._ids[_TAG.unpack(frames[2].bytes)[0]] = frames[0].bytes
+            frames = recv_checked(sock, self._workers, self._poller, timeout=60, router=True)
+            if len(frames) == 3 and frames[1].bytes == _HELLO and len(frames[2].bytes) == _TAG.size:
+                i = _TAG.unpack(frames[2].bytes)[0]
+                if 0 <= i < self.num_proc:
+                    self._ids[i] = frames[0].bytes
         self._load = [0] * self.num_proc
         self._index = {ident: i for i, ident in enumerate(self._ids)}
 
     def _check_workers(self) -> None:
         dead = self._workers.check(force=True)
         if dead:
-            fail_for_dead(self._sock, self._workers, dead)
+            fail_for_dead(self._sock, self._workers, dead, router=True)
 
     def _send(self, dp, tag: int) -> None:
         i = min(range(self.num_proc), key=self._load.__getitem__)
@@ -295,15 +318,21 @@ class MultiProcessMapDataZMQ(_ParallelMapBase):
             if dead:
                 raise self._workers.death_error(dead) from None
             if self._sock.poll(100, zmq.POLLIN):
-                raise_if_error_frames(self._sock.recv_multipart(copy=False))  # results are moot now
+                frames = self._workers.accept(self._sock.recv_multipart(copy=False), router=True)
+                if frames is not None:
+                    raise_if_error_frames(frames)  # results are moot now
         raise DataFlowWorkerError(f"{type(self).__name__}: worker {i} (pid {self._workers.procs[i].pid}) "
                                   f"disconnected ({err})") from None
 
     def _recv(self):
-        frames = recv_checked(self._sock, self._workers, self._poller)
-        ident = frames[0].bytes
-        if len(frames) < 3 or ident not in self._index:
-            raise ValueError(f"{type(self).__name__}: unexpected message of {len(frames)} frames from a worker")
+        while True:
+            frames = recv_checked(self._sock, self._workers, self._poller, router=True)
+            ident = frames[0].bytes
+            if len(frames) >= 3 and ident in self._index and len(frames[2].bytes) == _TAG.size:
+                break
+            # a worker's late HELLO, or a message we cannot place: never a result
+            logger.warning("%s: ignored an unexpected message of %d frames on its local socket",
+                           type(self).__name__, len(frames))
         self._load[self._index[ident]] -= 1
         kind = frames[1].bytes
         tag = _TAG.unpack(frames[2].bytes)[0]

@@ -11,7 +11,14 @@ Failure behaviour:
   a connected receiver that is merely slow makes it wait, as a full queue should;
 - the receiver skips a malformed message with a warning (``on_malformed='warn'``,
   the default: a stray or buggy sender must not take the training process down),
-  or raises ``ValueError`` naming the address with ``on_malformed='raise'``.
+  or raises ``ValueError`` naming the address with ``on_malformed='raise'``. Any
+  bytes at all count as one malformed message at worst (decoding never evaluates
+  what it reads);
+- messages are limited to ``max_message_bytes`` (default
+  ``wire.DEFAULT_MAX_MESSAGE_BYTES``, 1 GiB): ZeroMQ drops the connection of a peer
+  that announces a larger frame before allocating it, and a larger multipart
+  message counts as malformed. The sender refuses to send a datapoint over its own
+  limit with a ``ValueError`` saying so, instead of being cut off silently.
 
 Example::
 
@@ -35,7 +42,8 @@ from zmq.utils.monitor import recv_monitor_message
 
 from ..utils import logger
 from .base import DataFlow, DataFlowReentrantGuard, check_dataflow
-from .wire import BUFFER_MAGIC, HEADER_MAGIC, dumps, dumps_frames, loads, loads_frames
+from .wire import (BUFFER_MAGIC, DEFAULT_MAX_MESSAGE_BYTES, HEADER_MAGIC, check_message_size, dumps,
+                   dumps_frames, loads, loads_frames, message_nbytes)
 
 __all__ = ["send_dataflow_zmq", "RemoteDataZMQ"]
 
@@ -85,8 +93,17 @@ def _send_or_wait(sock: zmq.Socket, frames: list, peers: _PeerCounter, addr: str
                 f"RemoteDataZMQ (or another PULL socket) on that address, or check the address and port.")
 
 
+def _check_max_bytes(value: Optional[int], who: str) -> Optional[int]:
+    if value is None:
+        return None
+    if int(value) < 1024:
+        raise ValueError(f"{who}: max_message_bytes must be None (no limit) or >= 1024, got {value!r}")
+    return int(value)
+
+
 def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None, bind: bool = False,
-                      timeout: float = 30.0, num_epochs: Optional[int] = None) -> int:
+                      timeout: float = 30.0, num_epochs: Optional[int] = None,
+                      max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES) -> int:
     """Run ``df`` and send every datapoint to ``addr`` with a ZeroMQ PUSH socket.
 
     Args:
@@ -99,6 +116,8 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
         timeout: seconds without any connected receiver after which a ``TimeoutError``
             naming ``addr`` is raised.
         num_epochs: passes over ``df`` to send; None (tensorpack's behaviour) loops forever.
+        max_message_bytes: the largest datapoint (encoded) to send; a larger one raises
+            ``ValueError``. Keep it equal to the receiver's (None: no limit).
 
     Returns:
         the number of datapoints sent (only when ``num_epochs`` is given).
@@ -113,7 +132,15 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
     if int(hwm) < 1:
         raise ValueError(f"send_dataflow_zmq: hwm must be >= 1, got {hwm}")
     check_dataflow(df, "send_dataflow_zmq: df")
-    encode = (lambda dp: [dumps(dp)]) if format == "buffer" else dumps_frames
+    max_bytes = _check_max_bytes(max_message_bytes, "send_dataflow_zmq")
+    to_frames = (lambda dp: [dumps(dp)]) if format == "buffer" else dumps_frames
+
+    def encode(dp):
+        frames = to_frames(dp)
+        if max_bytes is not None:
+            check_message_size(message_nbytes(frames), max_bytes, f"send_dataflow_zmq to {addr}")
+        return frames
+
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
     sock.sndhwm = int(hwm)
@@ -165,6 +192,9 @@ class RemoteDataZMQ(DataFlow):
             (None: wait forever, tensorpack's behaviour).
         on_malformed: ``'warn'`` (skip the message, log a warning, count it in
             ``num_malformed``) or ``'raise'`` (``ValueError``).
+        max_message_bytes: the largest message accepted (default 1 GiB, see the module
+            docstring); a peer announcing a larger frame is disconnected by ZeroMQ, a
+            larger multipart message is malformed. None: no limit.
 
     It iterates forever; ``len()`` is unknown.
 
@@ -178,7 +208,8 @@ class RemoteDataZMQ(DataFlow):
     """
 
     def __init__(self, addr1: str, addr2: Optional[str] = None, hwm: int = 50, bind: bool = True,
-                 timeout: Optional[float] = None, on_malformed: str = "warn"):
+                 timeout: Optional[float] = None, on_malformed: str = "warn",
+                 max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES):
         if on_malformed not in ("warn", "raise"):
             raise ValueError(f"RemoteDataZMQ: on_malformed must be 'warn' or 'raise', got {on_malformed!r}")
         if int(hwm) < 1:
@@ -188,6 +219,7 @@ class RemoteDataZMQ(DataFlow):
         self.bind = bool(bind)
         self.timeout = timeout
         self.on_malformed = on_malformed
+        self.max_message_bytes = _check_max_bytes(max_message_bytes, "RemoteDataZMQ")
         self.num_malformed = 0
         self.addresses: List[str] = []
         self._sockets: List[zmq.Socket] = []
@@ -202,6 +234,8 @@ class RemoteDataZMQ(DataFlow):
         for addr in self._addrs:
             sock = ctx.socket(zmq.PULL)
             sock.rcvhwm = self.hwm
+            if self.max_message_bytes is not None:
+                sock.maxmsgsize = self.max_message_bytes  # refused before zmq allocates it
             self._sockets.append(sock)
             try:
                 (sock.bind if self.bind else sock.connect)(addr)
@@ -222,12 +256,14 @@ class RemoteDataZMQ(DataFlow):
         try:
             first = frames[0].buffer
             if bytes(first[:4]) == HEADER_MAGIC:
-                return loads_frames(frames)
+                return loads_frames(frames, max_bytes=self.max_message_bytes)
             if len(frames) == 1 and bytes(first[:4]) == BUFFER_MAGIC:
-                return loads(first)
+                return loads(first, max_bytes=self.max_message_bytes)
             raise ValueError(f"a message of {len(frames)} frame(s) that is not in kerastrainer's wire format "
                              f"(starts with {bytes(first[:8])!r})")
-        except ValueError as e:
+        except Exception as e:  # noqa: BLE001 -- whatever a peer sends must not end training
+            if not isinstance(e, ValueError):
+                e = ValueError(f"{type(e).__name__}: {e}")
             where = self.addresses[sock_index]
             if self.on_malformed == "raise":
                 raise ValueError(f"RemoteDataZMQ: malformed message received on {where}: {e}") from None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Union
 
@@ -163,6 +164,62 @@ def _lmdb_commit(lmdb, env, items: list) -> None:
             env.set_mapsize(env.info()["map_size"] * 2)
 
 
+# The meta pages of an LMDB file (pages 0 and 1; 64-bit layout): page header (16 bytes),
+# then magic, version, address, map size, the two MDB_db records (the first one's pad field
+# holds the page size), the last page number and the transaction id.
+_LMDB_MAGIC = 0xBEEFC0DE
+_LMDB_META = struct.Struct("<II8xQI44x48xQQ")   # magic, version, mapsize, psize, last_pgno, txnid
+_LMDB_META_OFFSET = 16
+
+
+def _lmdb_data_file(path: str) -> str:
+    return os.path.join(path, "data.mdb") if os.path.isdir(path) else path
+
+
+def check_lmdb_file(path: PathLike, who: str = "LMDB") -> None:
+    """Raise ``ValueError`` naming ``path`` if the LMDB file there is empty or shorter than its
+    own meta pages say, *before* LMDB maps it: reading a page past the end of a truncated
+    file kills the process with SIGBUS, with no message.
+
+    A file whose first page is not an LMDB meta page (another format, or another
+    architecture's layout) is left for LMDB itself to judge.
+    """
+    path = os.fspath(path)
+    data = _lmdb_data_file(path)
+    try:
+        size = os.path.getsize(data)
+        with open(data, "rb") as f:
+            head = f.read(_LMDB_META_OFFSET + _LMDB_META.size)
+            if size == 0:
+                raise ValueError(f"{who}: {data!r} is empty (0 bytes); it is not an LMDB database. "
+                                 "Write it again with LMDBSerializer.save.")
+            if len(head) < _LMDB_META_OFFSET + _LMDB_META.size:
+                raise ValueError(f"{who}: {data!r} is truncated ({size} bytes): too short to be an LMDB "
+                                 "database. Copy or write it again.")
+            magic, _, _, psize, _, _ = _LMDB_META.unpack_from(head, _LMDB_META_OFFSET)
+            if magic != _LMDB_MAGIC or not 512 <= psize <= (1 << 20) or psize & (psize - 1):
+                return  # not our layout: LMDB gives its own error, which _acquire wraps with the path
+            metas = []
+            for page in (0, 1):
+                f.seek(page * psize)
+                raw = f.read(_LMDB_META_OFFSET + _LMDB_META.size)
+                if len(raw) == len(head):
+                    m = _LMDB_META.unpack_from(raw, _LMDB_META_OFFSET)
+                    if m[0] == _LMDB_MAGIC:
+                        metas.append(m)
+    except OSError as e:
+        raise ValueError(f"{who}: cannot read {data!r}: {e.strerror or e}") from None
+    if len(metas) < 2:
+        raise ValueError(f"{who}: {data!r} is truncated or damaged ({size} bytes): one of its two LMDB meta "
+                         "pages is missing. Copy or write it again.")
+    last_pgno = max(metas, key=lambda m: m[5])[4]
+    need = (last_pgno + 1) * psize
+    if size < need:
+        raise ValueError(f"{who}: {data!r} is truncated: it has {size} bytes but its last page ends at byte "
+                         f"{need} (an interrupted copy or write?). Copy or write it again; reading it would "
+                         "crash the process.")
+
+
 class _SharedEnvs:
     """Read-only LMDB handles shared within a process, counted by users.
 
@@ -236,24 +293,34 @@ class LMDBData(RNGDataFlow):
             _SHARED_ENVS.release(self.path)
 
     def _acquire(self):
+        check_lmdb_file(self.path, "LMDBSerializer.load")
+        self._file_size = os.path.getsize(_lmdb_data_file(self.path))
         try:
             return _SHARED_ENVS.acquire(self._lmdb, self.path)
         except self._lmdb.Error as e:
             raise ValueError(f"LMDBSerializer.load: cannot open {self.path!r} as an LMDB database: {e}") from e
 
+    def _damaged(self, what: str, err: BaseException) -> ValueError:
+        return ValueError(f"LMDBSerializer.load: {self.path!r} is damaged: {what}: {err}. "
+                          "Copy or write the file again.")
+
     def _read_keys(self, env) -> List[bytes]:
-        with env.begin() as txn:
-            raw = txn.get(_KEYS_ENTRY)
-            if raw is None:
-                logger.warning("LMDB %s has no %r entry (not written by LMDBSerializer); "
-                               "using all its keys in sorted order", self.path, _KEYS_ENTRY.decode())
-                return [k for k in txn.cursor().iternext(keys=True, values=False) if k != _KEYS_ENTRY]
+        try:
+            with env.begin() as txn:
+                raw = txn.get(_KEYS_ENTRY)
+                if raw is None:
+                    logger.warning("LMDB %s has no %r entry (not written by LMDBSerializer); "
+                                   "using all its keys in sorted order", self.path, _KEYS_ENTRY.decode())
+                    return [k for k in txn.cursor().iternext(keys=True, values=False) if k != _KEYS_ENTRY]
+        except self._lmdb.Error as e:
+            raise self._damaged(f"reading the {_KEYS_ENTRY!r} entry failed", e) from None
         try:
             keys = wire.loads(raw)
-        except ValueError as e:
+            return [bytes(k) for k in keys]
+        except (ValueError, TypeError) as e:
             raise ValueError(f"LMDBSerializer.load: the {_KEYS_ENTRY!r} entry of {self.path!r} is not in "
-                             f"kerastrainer's wire format ({e}); was the file written by another library?") from e
-        return [bytes(k) for k in keys]
+                             f"kerastrainer's wire format ({e}); was the file written by another library, "
+                             "or is it damaged?") from None
 
     def reset_state(self) -> None:
         super().reset_state()
@@ -280,12 +347,23 @@ class LMDBData(RNGDataFlow):
         order = self.rng.permutation(len(keys)) if self.shuffle else range(len(keys))
         with self._env.begin(buffers=True) as txn:
             for k in order:
-                value = txn.get(keys[k])
+                key = keys[k]
+                try:
+                    value = txn.get(key)
+                except self._lmdb.Error as e:
+                    raise self._damaged(f"reading key {key!r} failed", e) from None
                 if value is None:
-                    raise KeyError(f"LMDB {self.path!r} lists key {keys[k]!r} in {_KEYS_ENTRY!r} but has no "
+                    raise KeyError(f"LMDB {self.path!r} lists key {key!r} in {_KEYS_ENTRY!r} but has no "
                                    "value for it; the file is damaged, write it again")
+                if len(value) > self._file_size:  # a damaged length: copying it would read past the map
+                    raise self._damaged(f"the value of key {key!r}",
+                                        f"claims {len(value)} bytes, more than the whole file")
                 # one copy out of the memory map (the buffer dies with the transaction), writable arrays
-                yield wire.loads(bytearray(value))
+                try:
+                    dp = wire.loads(bytearray(value))
+                except ValueError as e:
+                    raise self._damaged(f"the value of key {key!r} cannot be decoded", e) from None
+                yield dp
 
 
 # ---------------------------------------------------------------------------------------------
