@@ -250,9 +250,6 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
                     rec["swapped_names"] = [t.name for t in moved]
                 return g_in, g_var
             rec["applied"] = True
-            memo = rec.pop("memo", None)
-            if memo is not None:  # recomputed already, for the next block of its segment
-                return gradients(memo[0], memo[2], memo[1], variables, dys)
             inputs = backward_inputs(rec["dys"])
             n1 = 0 if eager else len(graph.get_operations())
             with tf.GradientTape() as rtape:
@@ -289,9 +286,9 @@ def _chained(state, rec: dict) -> bool:
     """Whether block ``rec`` drops its input and gets it from the previous block's recompute.
 
     Runs of linked blocks are cut into segments of about sqrt(number of blocks): the first
-    block of a segment keeps its input, the others get theirs again when the segment's last
-    block starts its backward pass (each block is still recomputed once: the results are
-    kept for its own backward pass).
+    block of a segment keeps its input; when the segment's last block starts its backward
+    pass, the segment's block outputs are made again (forward only, nothing else kept), and
+    each block then recomputes its own internals in its backward pass, as an unlinked one.
     """
     if state is None or not rec.get("links"):
         return False
@@ -304,19 +301,16 @@ def _chained(state, rec: dict) -> bool:
 
 
 def _recompute_outputs(state, j: int, dys) -> list:
-    """The outputs of block ``j`` made again (after ``dys`` exist), its tape kept for its backward pass."""
+    """The outputs of block ``j`` made again, forward only, once ``dys`` exist (memoized per trace)."""
     prev = state.blocks[j]
     if prev.get("memo") is None:
         graph = tf.compat.v1.get_default_graph()
         inputs = prev["backward_inputs"](dys)
         n1 = len(graph.get_operations())
-        with tf.GradientTape() as tape:
-            tape.watch([x for x in inputs if _is_float(x)])
-            reenter = prev.get("reenter")
-            with _state.recomputing() as skipped, \
-                    (reenter() if reenter is not None else contextlib.nullcontext()):
-                out = prev["call"](*inputs)
+        reenter = prev.get("reenter")
+        with _state.recomputing() as skipped, \
+                (reenter() if reenter is not None else contextlib.nullcontext()):
+            out = prev["call"](*inputs)
         _check_random(prev["name"], skipped.int_state, graph.get_operations()[n1:])
-        prev["memo"] = (tape, inputs, tf.nest.flatten(out))
-        prev["chained_from"] = True
-    return prev["memo"][2]
+        prev["memo"] = [tf.stop_gradient(t) for t in tf.nest.flatten(out)]
+    return prev["memo"]
