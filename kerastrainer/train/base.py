@@ -364,6 +364,18 @@ class Trainer:
                         traced, k, first)
         return out
 
+    def disable_xla(self, reason: str) -> None:
+        """Train without XLA: for a callback whose graph changes XLA would undo (LMS), called
+        in its ``setup_graph``, before the first step. ``jit_compile=True`` keeps XLA, with a warning."""
+        if not self.use_xla:
+            return
+        if self.jit_compile is True:
+            logger.warning("jit_compile=True: XLA stays on although %s.", reason)
+            return
+        logger.info("XLA off (jit_compile='auto'): %s.", reason)
+        self.use_xla = False
+        self._train_fn = self._make_train_function()
+
     def _xla_cannot_compile(self, ops: List[str], why: str, error: Optional[Exception] = None) -> None:
         """jit_compile='auto': warn and rebuild the train function without XLA; True: raise."""
         names = ", ".join(ops)
