@@ -132,6 +132,21 @@ def test_learning_rate_expression_of_the_global_step_follows_training():
     assert float(trainer.optimizer.learning_rate) == pytest.approx(0.1 * 0.5 ** 2)
 
 
+class _PiecewiseLR(_Base):
+    def build_graph(self, x, y):
+        return self.logits_cost(x, y)
+
+    def optimizer(self):  # eager: translated to keras.optimizers.schedules.PiecewiseConstantDecay
+        return tfv1.train.AdamOptimizer(tfv1.train.piecewise_constant(get_global_step_var(), [2], [0.1, 0.01]))
+
+
+def test_tf1_schedule_becomes_the_keras_schedule_of_the_global_step():
+    trainer = _train(_PiecewiseLR(), steps=2, steps_per_call=1)
+    assert float(trainer.optimizer.learning_rate) == pytest.approx(0.1)  # global step 2: boundary not passed
+    trainer.run_step_call(1)
+    assert float(trainer.optimizer.learning_rate) == pytest.approx(0.01)
+
+
 class _LRVariable(_Base):
     def build_graph(self, x, y):
         return self.logits_cost(x, y)

@@ -1,21 +1,25 @@
 """``ModelDesc.optimizer()`` returning a ``tf.compat.v1.train`` optimizer: translated to Keras 3.
 
-``optimizer()`` is traced once as a graph function (so TF1 code in it behaves as in
-TF1: ``tfv1.train.exponential_decay(...)`` of the global step is a tensor and
-``tfv1.summary.scalar`` on it works). Its variables (``tfv1.get_variable('learning_rate')``)
-live in the model's layer store. A ``tfv1.train`` optimizer is then replaced by the Keras 3
-optimizer with the same update rule; its learning rate becomes
+``optimizer()`` is called eagerly; its variables (``tfv1.get_variable('learning_rate')``)
+live in the model's layer store. If it fails eagerly because its TF1 code needs graph mode
+(``tfv1.summary.scalar`` of an ``exponential_decay`` schedule, say), it is called again
+inside a graph function, as TF1 ran it. A ``tfv1.train`` optimizer is then replaced by the
+Keras 3 optimizer with the same update rule; its learning rate becomes
 
 - a float: the Keras optimizer's own variable;
 - a variable (tensorpack's ``learning_rate`` idiom): read by the optimizer every step, and
   set by ``ScheduledHyperParamSetter('learning_rate', ...)``;
-- an expression of the global step (``exponential_decay``, ``piecewise_constant``, ...):
-  the traced expression, evaluated each step on the in-graph global step (same ops as TF1).
+- a ``tfv1.train`` schedule of the global step (``exponential_decay``,
+  ``piecewise_constant``, ...): the Keras 3 schedule of the same name and arguments,
+  evaluated each step on the in-graph global step;
+- any other expression of the global step (graph mode): the traced expression, evaluated
+  each step (the same ops as TF1).
 
 Every translation is logged once.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional
 
 import keras
@@ -121,6 +125,30 @@ def _translate(opt, lr) -> keras.optimizers.Optimizer:
             f"keras.optimizers.Adadelta(rho={a['_rho']}, epsilon={a['_epsilon']})")
 
 
+_SCHEDULES = ("ExponentialDecay", "PiecewiseConstantDecay", "PolynomialDecay", "InverseTimeDecay",
+              "CosineDecay", "CosineDecayRestarts")
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if tf.is_tensor(v) and hasattr(v, "numpy"):
+        return v.numpy().item()
+    return v
+
+
+def _keras_schedule(tf1_schedule):
+    """The Keras 3 schedule with the same class and arguments (else the TF1 object itself)."""
+    name = type(tf1_schedule).__name__
+    if name in _SCHEDULES:
+        try:
+            cfg = {k: _plain(v) for k, v in tf1_schedule.get_config().items() if v is not None}
+            return getattr(keras.optimizers.schedules, name).from_config(cfg), f"keras.optimizers.schedules.{name}"
+        except (TypeError, ValueError, AttributeError):
+            pass
+    return tf1_schedule, f"the TF1 schedule {name}"
+
+
 def _tf1_learning_rate(opt):
     for attr in ("_lr", "_learning_rate"):
         if attr in vars(opt):
@@ -147,8 +175,13 @@ def translate_optimizer(opt, lr_function: Optional[Callable] = None) -> keras.op
         lr_arg, lr_desc = float(lr), f"{float(lr):g}"
     elif lr_function is not None:
         lr_arg, lr_desc = lr_function, f"the graph of '{lr.name.split(':')[0]}' (a function of the global step)"
-    elif callable(lr):  # an eager tfv1 schedule: functools.partial(schedule, global_step)
-        lr_arg, lr_desc = lr, "a TF1 learning-rate schedule of the global step"
+    elif isinstance(lr, functools.partial) and len(lr.args) == 1:
+        # an eager tfv1.train schedule: functools.partial(<TF1 schedule>, global_step)
+        sched, desc = _keras_schedule(lr.func)
+        step = lr.args[0]
+        lr_arg, lr_desc = (lambda: sched(step)), f"{desc} of '{getattr(step, 'name', 'the global step')}'"
+    elif callable(lr):
+        lr_arg, lr_desc = lr, "a callable"
     else:
         raise TypeError(f"Cannot translate the learning rate {lr!r} of {type(opt).__name__}.")
     kopt, desc = _translate(opt, lr_arg)
@@ -158,10 +191,27 @@ def translate_optimizer(opt, lr_function: Optional[Callable] = None) -> keras.op
 
 
 def call_optimizer(fn: Callable, store: LayerStore) -> keras.optimizers.Optimizer:
-    """Call ``ModelDesc.optimizer`` the way tensorpack did (graph mode) and translate the result.
+    """Call ``ModelDesc.optimizer`` and translate the result (see the module's docstring).
 
     Variables it creates are made eagerly, once: ``tfv1.get_variable`` ones in ``store``.
     """
+    allow = store.allow_create
+    store.allow_create = True
+    try:
+        with active_store(store), tf1_variables_in_store(store):
+            try:
+                opt = fn()
+            except Exception as eager_error:  # noqa: BLE001 - retried in graph mode, else re-raised
+                try:
+                    return _call_in_graph_mode(fn, store)
+                except Exception:
+                    raise eager_error from None
+    finally:
+        store.allow_create = allow
+    return translate_optimizer(opt)
+
+
+def _call_in_graph_mode(fn: Callable, store: LayerStore) -> keras.optimizers.Optimizer:
     box = {}
 
     def create_eagerly(next_creator, **kwargs):
@@ -178,14 +228,17 @@ def call_optimizer(fn: Callable, store: LayerStore) -> keras.optimizers.Optimize
             return tf.cast(lr, tf.float32)
         return tf.constant(0.0)
 
-    allow = store.allow_create
-    store.allow_create = True
-    try:
-        with active_store(store):
-            concrete = tf.function(trace, autograph=False).get_concrete_function()
-    finally:
-        store.allow_create = allow
+    concrete = tf.function(trace, autograph=False).get_concrete_function()
+    _log_once("optimizer() needs TF1 graph mode (it failed eagerly); it was called in a graph function.")
     opt = box["opt"]
     if isinstance(opt, keras.optimizers.Optimizer):
+        # one made while tracing may hold tensors of that graph (Keras casts in __init__):
+        # make the optimizer again, eagerly; variables optimizer() asked for already exist
+        with tf.variable_creator_scope(create_eagerly), tf1_variables_in_store(store), active_store(store):
+            store.allow_create = True
+            try:
+                opt = fn()
+            finally:
+                store.allow_create = allow
         return opt
     return translate_optimizer(opt, (lambda: concrete()) if box.get("graph_lr") else None)
