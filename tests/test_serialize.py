@@ -281,3 +281,71 @@ def test_numpy_errors(tmp_path):
     with pytest.raises(TypeError, match="component 0"):
         NumpySerializer.save(DataFromList([[object()]]), str(tmp_path / "d.npz"))
     assert sorted(os.listdir(tmp_path)) == ["a.npz", "other.npz", "text.npz"]
+
+
+# ------------------------------------------------------------------ HDF5 / TFRecord
+
+def test_hdf5_round_trip_shuffle_and_str(tmp_path):
+    pytest.importorskip("h5py")
+    from kerastrainer.dataflow import HDF5Serializer
+    path = str(tmp_path / "d.h5")
+    dps = [[i, np.full((3, 2), i, np.float32), f"name{i}", i % 2 == 0] for i in range(20)]
+    HDF5Serializer.save(DataFromList(dps, shuffle=False), path, ["label", "img", "name", "even"])
+    ds = HDF5Serializer.load(path, ["label", "img", "name", "even"], shuffle=False)
+    ds.reset_state()
+    assert len(ds) == 20
+    got = list(ds)
+    assert [int(d[0]) for d in got] == list(range(20))
+    assert all(d[1].shape == (3, 2) and d[1].dtype == np.float32 and (d[1] == d[0]).all() for d in got)
+    assert [d[2] for d in got] == [f"name{i}" for i in range(20)] and bool(got[2][3]) is True
+    # a subset of the datasets, in another order, shuffled
+    ds = HDF5Serializer.load(path, ["img", "label"], shuffle=True)
+    ds.reset_state()
+    order = [int(d[1]) for d in ds]
+    assert sorted(order) == list(range(20)) and order != list(range(20))
+
+
+def test_hdf5_errors_are_clear(tmp_path):
+    pytest.importorskip("h5py")
+    from kerastrainer.dataflow import HDF5Serializer
+    path = str(tmp_path / "d.h5")
+    with pytest.raises(ValueError, match="datapoint 0 has 2 components"):
+        HDF5Serializer.save(DataFromList([[1, 2]], shuffle=False), path, ["a"])
+    with pytest.raises(ValueError, match="different shapes"):
+        HDF5Serializer.save(DataFromList([[np.zeros(2)], [np.zeros(3)]], shuffle=False), path, ["a"])
+    with pytest.raises(TypeError, match="data_paths"):
+        HDF5Serializer.save(DataFromList([[1]], shuffle=False), path, "a")
+    assert not os.path.exists(path)
+    HDF5Serializer.save(DataFromList([[1, 2.0]], shuffle=False), path, ["a", "b"])
+    with pytest.raises(FileExistsError):
+        HDF5Serializer.save(DataFromList([[1, 2.0]], shuffle=False), path, ["a", "b"])
+    with pytest.raises(KeyError, match=r"no dataset 'c'.*\['a', 'b'\]"):
+        HDF5Serializer.load(path, ["a", "c"])
+    cut = str(tmp_path / "cut.h5")
+    open(cut, "wb").write(open(path, "rb").read()[:300])
+    with pytest.raises(ValueError, match="cut.h5"):
+        HDF5Serializer.load(cut, ["a"])
+
+
+def test_tfrecord_round_trip_with_and_without_size(tmp_path):
+    from kerastrainer.dataflow import TFRecordSerializer
+    path = str(tmp_path / "d.tfrecord")
+    dps = sample_dps(10)
+    TFRecordSerializer.save(DataFromList(dps, shuffle=False), path)
+    ds = TFRecordSerializer.load(path)
+    ds.reset_state()
+    with pytest.raises(NotImplementedError, match="size="):
+        len(ds)
+    got = list(ds)
+    assert len(got) == 10
+    for a, b in zip(dps, got):
+        assert_same(a, b)
+    sized = TFRecordSerializer.load(path, size=4)
+    sized.reset_state()
+    assert len(sized) == 4 and [first_items(sized) for _ in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
+    cut = str(tmp_path / "cut.tfrecord")
+    open(cut, "wb").write(open(path, "rb").read()[:-7])
+    ds = TFRecordSerializer.load(cut)
+    ds.reset_state()
+    with pytest.raises(ValueError, match="cut.tfrecord.*damaged after record 9"):
+        list(ds)
