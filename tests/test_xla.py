@@ -196,6 +196,30 @@ def test_auto_falls_back_once_with_a_warning_naming_the_op(log_records):
         np.testing.assert_allclose(weights_of(t)[k], v, rtol=1e-5, atol=1e-6)
 
 
+def test_a_callback_can_turn_auto_xla_off_before_the_first_step(log_records):
+    from kerastrainer.callbacks import Callback
+    from kerastrainer.train import SimpleTrainer
+
+    class NeedsNoXla(Callback):
+        def _setup_graph(self):
+            self.trainer.disable_xla("the test says so")
+
+    class XlaOnCpu(SimpleTrainer):
+        auto_xla_on_cpu = True
+
+    def train(trainer):
+        from _models import MLP, LinearData
+        from kerastrainer.train import TrainConfig, launch_train_with_config
+        launch_train_with_config(TrainConfig(model=MLP(), dataflow=LinearData(), callbacks=[NeedsNoXla()],
+                                             extra_callbacks=[], monitors=[], steps_per_epoch=3, max_epoch=1), trainer)
+        return trainer
+
+    assert train(XlaOnCpu()).use_xla is False
+    assert "XLA off (jit_compile='auto'): the test says so." in _messages(log_records)
+    assert train(SimpleTrainer(jit_compile=True)).use_xla is True  # True is kept, with a warning
+    assert any("XLA stays on although the test says so" in m for m in _messages(log_records, logging.WARNING))
+
+
 def test_jit_compile_true_is_strict_and_names_the_op():
     from kerastrainer.train import SimpleTrainer
 

@@ -41,7 +41,7 @@ from .planner import Plan, Profiler, device_memory_budget, parse_bytes, plan
 from .recompute import MODES, BlockConfig, run_block
 from .tflms import as_name_set, check_known, run_error_message, warn_unsupported
 
-__all__ = ["LMS", "LMSKerasCallback", "POLICIES"]
+__all__ = ["LMS", "LMSKerasCallback", "LMSSessionRunHook", "POLICIES"]
 
 POLICIES = ("auto",) + MODES
 _KerasCallbackBase = keras.callbacks.Callback
@@ -643,6 +643,9 @@ class LMS(Callback, _KerasCallbackBase):
                                "it any more. Give LMS in TrainConfig(callbacks=[...]) (or call "
                                "lms.apply(model) before training).")
         self._batch_data = _first_batch_size(getattr(self.trainer, "input", None))
+        disable_xla = getattr(self.trainer, "disable_xla", None)
+        if disable_xla is not None:  # one XLA cluster would ignore the host copies and fuse away the recompute
+            disable_xla("LMS swaps activations to the host and recomputes them, which an XLA-compiled step undoes")
         self.apply(self.trainer.model)
 
     def _trigger_step(self):
@@ -676,6 +679,7 @@ class LMS(Callback, _KerasCallbackBase):
 
 
 LMSKerasCallback = LMS  # TFLMS's Keras callback name: the same class
+LMSSessionRunHook = LMS  # TFLMS's Estimator hook name: its begin() says what to use in TF2
 
 
 def _property(name: str):
