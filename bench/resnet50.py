@@ -1,25 +1,30 @@
-"""ResNet-50 benchmark: training images/s of the ImageNet examples against ``keras.Model.fit``,
-and the ImageNet augmentation DataFlow against tensorpack 0.11's, in one invocation.
+"""ResNet-50 benchmark: training images/s of kerastrainer (ModelDesc and KerasModel) against
+``keras.Model.fit``, XLA off and on, the XLA compile times, the real JPEG pipeline beside the
+synthetic input; and the ImageNet augmentation DataFlow against tensorpack 0.11's. One invocation.
 
-Each system runs in its own fresh process; systems are interleaved, 3 repeats, medians.
+Each configuration runs in its own fresh process with a timeout; one that does not finish
+in time is reported as "not finished" (``fit`` with XLA gets ``--fit-timeout``).
 
-1. Training (``--device cpu``, default; ``--device gpu`` where a GPU exists): the same
-   batch, image size and precision for every row, random uint8 images, SGD with
-   Nesterov momentum, weight decay on the kernels.
-   - kerastrainer ModelDesc: the model of ``examples/imagenet/imagenet-resnet.py``
-     (the ResNet-50 zoo: v1.5, bias-free convs), ``SimpleTrainer``, the example's fake
-     DataFlow through ``QueueInput`` (uint8 to the device, normalised in the tower).
-   - kerastrainer KerasModel: ``keras.applications.ResNet50(weights=None)`` as
-     ``examples/imagenet/imagenet-resnet-keras.py`` builds it, the same DataFlow.
-   - keras.Model.fit: the *same* Keras model, compiled the same way, fed by an
-     in-memory ``tf.data`` pipeline (``from_tensors(batch).repeat().prefetch``): fit's
-     fastest input. ``jit_compile`` is Keras' default (it resolves to False for this
-     model on TF's CPU build) unless ``--xla``.
-   Each child trains ``--warmup-steps`` steps (tracing included), then times
-   ``--steps`` steps (two epochs; the second is timed by a callback).
-   KerasModel vs fit is the like-for-like row (same model, same maths); the ModelDesc
-   model is ResNet-50 v1.5 (stride on the 3x3 conv: ~4.1 GFLOPs against v1's ~3.9),
-   so its ratio is, if anything, pessimistic.
+1. Training (``--device gpu`` on a GPU machine; ``--device cpu`` or ``--quick`` elsewhere).
+   The same batch, image size and precision for every row, SGD with Nesterov momentum,
+   weight decay on the kernels. Rows:
+   - ModelDesc: the model of ``examples/imagenet/imagenet-resnet.py`` (the ResNet-50 zoo:
+     v1.5, bias-free convs), ``SimpleTrainer``, fed by
+     ``DummyConstantInput`` (the model's ceiling), by ``QueueInput`` of the example's fake
+     uint8 DataFlow (``StagingInput`` around it on a GPU, the default), and by the example's
+     real training pipeline (``imagenet_utils.get_imagenet_dataflow``: JPEG decode +
+     fb.resnet augmentation in ``--df-workers`` processes) over generated JPEGs.
+   - KerasModel: ``keras.applications.ResNet50(weights=None)`` as
+     ``examples/imagenet/imagenet-resnet-keras.py`` builds it, the fake DataFlow.
+   - keras.Model.fit: the *same* Keras model, compiled the same way, fed by an in-memory
+     ``tf.data`` pipeline (``from_tensors(batch).repeat().prefetch``): fit's fastest input.
+   "XLA on" is kerastrainer's default ``jit_compile='auto'`` on a GPU (``True`` on CPU,
+   where 'auto' means off); "XLA off" is ``jit_compile=False``; fit gets
+   ``jit_compile=True`` / ``False``. Each child trains one warm-up epoch (tracing, XLA
+   compile, queue filling) and one timed epoch of the same length. "first call s" is
+   kerastrainer's first call (tracing + XLA compile + one step), or, for fit, the warm-up
+   epoch minus its steps at the timed rate. Ratios are against the best fit row that
+   finished. KerasModel vs fit is the like-for-like comparison (same model, same maths).
 
 2. DataFlow: the examples' training pipeline (``imagenet_utils.get_imagenet_dataflow``:
    read + decode + fb.resnet augmentation with the fused colour jitter, batched in 2
@@ -33,10 +38,10 @@ Each system runs in its own fresh process; systems are interleaved, 3 repeats, m
 
 Run (after ``bash bench/setup_env.sh`` for tensorpack)::
 
-    python bench/resnet50.py                          # both measures, CPU, 224 px, batch 8
-    python bench/resnet50.py --only train --image-size 160 --batch 8 --steps 4
+    python bench/resnet50.py --device gpu             # on a GPU: bf16, 224 px, batch 128
+    python bench/resnet50.py --quick                  # CPU, tiny sizes: shows every row works
+    python bench/resnet50.py --only train --device gpu --rows md-dummy,md-queue-xla
     python bench/resnet50.py --only dataflow --df-batches 20
-    python bench/resnet50.py --only train --device gpu --batch 64 --steps 50 --precision bf16
 """
 from __future__ import annotations
 
@@ -58,26 +63,69 @@ NUM_JPEGS = 256
 JPEG_HW = (375, 500)
 WNIDS = [f"n{10000000 + i:08d}" for i in range(8)]
 
+# row key -> (label, child, input, xla)
+ROWS = {
+    "md-dummy-xla": ("ModelDesc, DummyConstantInput, XLA on", "train-modeldesc", "dummy", "on"),
+    "md-queue": ("ModelDesc, QueueInput (fake uint8), XLA off", "train-modeldesc", "queue", "off"),
+    "md-queue-xla": ("ModelDesc, QueueInput (fake uint8), XLA on", "train-modeldesc", "queue", "on"),
+    "md-jpeg-xla": ("ModelDesc, real JPEG pipeline, XLA on", "train-modeldesc", "jpeg", "on"),
+    "km": ("KerasModel (keras ResNet50), XLA off", "train-kerasmodel", "queue", "off"),
+    "km-xla": ("KerasModel (keras ResNet50), XLA on", "train-kerasmodel", "queue", "on"),
+    "fit": ("keras.Model.fit (same keras ResNet50), XLA off", "train-fit", "tfdata", "off"),
+    "fit-xla": ("keras.Model.fit (same keras ResNet50), XLA on", "train-fit", "tfdata", "on"),
+    # diagnostics of the slow Keras compile (docs/training.md), not run by default
+    "km-xla-nobias": ("KerasModel, keras ResNet50 with bias-free convs, XLA on", "train-kerasmodel", "nobias", "on"),
+    "km-xla-noautotune": ("KerasModel, XLA on, XLA_FLAGS=--xla_gpu_autotune_level=0", "train-kerasmodel", "queue",
+                          "on"),
+}
+DEFAULT_ROWS = ["md-dummy-xla", "md-queue", "md-queue-xla", "md-jpeg-xla", "km", "km-xla", "fit", "fit-xla"]
+ROW_ENV = {"km-xla-noautotune": {"XLA_FLAGS": "--xla_gpu_autotune_level=0"}}
+DEFAULTS = {  # --device -> batch, image size, precision, timed steps
+    "gpu": dict(batch=128, image_size=224, precision="bf16", steps=60),
+    "cpu": dict(batch=8, image_size=224, precision="fp32", steps=6),
+    "quick": dict(batch=2, image_size=64, precision="fp32", steps=2),
+}
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", choices=["train", "dataflow"])
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--quick", "--small", action="store_true",
+                   help="CPU, 64 px, batch 2, 2 steps, 1 repeat: every row in a few minutes")
+    p.add_argument("--repeats", type=int, help="default 3 (1 with --device gpu or --quick)")
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
-    p.add_argument("--xla", action="store_true", help="jit_compile=True for every training system")
-    p.add_argument("--steps", type=int, default=6, help="timed training steps")
-    p.add_argument("--warmup-steps", type=int, default=3)
+    p.add_argument("--rows", help=f"comma-separated training rows: {','.join(ROWS)} (default: all but the last two)")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--image-size", type=int)
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--steps", type=int, help="steps per epoch (warm-up epoch, then the timed one)")
+    p.add_argument("--df-workers", type=int, help="processes of the real JPEG training pipeline "
+                   "(default: CPUs - 1)")
     p.add_argument("--df-batches", type=int, default=15, help="timed DataFlow batches")
     p.add_argument("--df-warmup", type=int, default=3)
-    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--timeout", type=float, default=900, help="seconds per training child")
+    p.add_argument("--fit-timeout", type=float, default=1800, help="seconds for fit with XLA")
+    p.add_argument("--xla-dump", help="dump each row's XLA modules under this folder (XLA_FLAGS=--xla_dump_to); "
+                   "the table then counts the modules each row compiled")
     p.add_argument("--verbose", action="store_true", help="show the children's stderr")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--input", help=argparse.SUPPRESS)
+    p.add_argument("--xla", choices=["on", "off"], help=argparse.SUPPRESS)
     p.add_argument("--images-dir", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    defaults = DEFAULTS["quick" if args.quick else args.device]
+    if args.quick:
+        args.device = "cpu"
+        args.df_batches, args.df_warmup = min(args.df_batches, 3), min(args.df_warmup, 1)
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.repeats is None:  # a GPU machine is quiet, and each training child compiles for a minute
+        args.repeats = 1 if args.quick or args.device == "gpu" else 3
+    if args.df_workers is None:
+        args.df_workers = 2 if args.quick else max(1, (os.cpu_count() or 2) - 1)
+    return args
 
 
 # ============================================================================
@@ -106,12 +154,14 @@ def _import_example(name):
 
 
 def _epoch_timer():
-    """A kerastrainer callback: wall seconds of the last epoch (before_epoch to after_epoch)."""
+    """A kerastrainer callback: wall seconds of each epoch (before_epoch to after_epoch)."""
     from kerastrainer import Callback
 
     class EpochTimer(Callback):
         _chief_only = False
-        seconds = []
+
+        def __init__(self):
+            self.seconds = []
 
         def _before_epoch(self):
             self._t0 = time.perf_counter()
@@ -121,48 +171,79 @@ def _epoch_timer():
     return EpochTimer()
 
 
-def _report_train(args, seconds_timed):
-    ips = args.steps * args.batch / seconds_timed
-    C.emit_result(value=ips, seconds=seconds_timed, summary=f"{ips:.2f} images/s ({seconds_timed:.1f} s timed)")
+def _report_train(args, seconds, compile_s=None, **extra):
+    warmup, timed = seconds[0], seconds[-1]
+    ips = args.steps * args.batch / timed
+    if compile_s is None:  # fit: the warm-up epoch beyond its steps at the timed rate
+        compile_s = max(0.0, warmup - timed)
+    C.emit_result(value=ips, seconds=timed, warmup_s=warmup, compile_s=compile_s,
+                  summary=f"{ips:,.1f} images/s ({timed:.1f} s timed; warm-up epoch {warmup:.1f} s, "
+                          f"compile {compile_s:.1f} s)", **extra)
 
 
-def _trainer_kwargs(args):
-    return dict(precision=None if args.precision == "fp32" else args.precision, jit_compile=args.xla)
+def _jit(args):
+    """kerastrainer's jit_compile for --xla: the default 'auto' on a GPU (it means on there)."""
+    if args.xla == "off":
+        return False
+    return "auto" if args.device == "gpu" else True
+
+
+def _trainer(args):
+    from kerastrainer import SimpleTrainer
+    return SimpleTrainer(precision=None if args.precision == "fp32" else args.precision, jit_compile=_jit(args))
+
+
+def _report_kerastrainer(args, timer, trainer):
+    _report_train(args, timer.seconds, compile_s=(trainer.trace_seconds or 0) + (trainer.first_call_seconds or 0),
+                  xla=bool(trainer.use_xla), region=trainer.xla_region)
 
 
 def child_train_modeldesc(args):
     tf, keras = _setup_tf(args)
-    from kerastrainer import QueueInput, SimpleTrainer, TrainConfig, launch_train_with_config
+    from kerastrainer import DummyConstantInput, QueueInput, TrainConfig, launch_train_with_config
     ex = _import_example("imagenet-resnet")
     U = ex.U
     timer = _epoch_timer()
-    # epoch 1: warm-up (tracing); epoch 2: timed, same length so steps_per_call settles the same
-    n = max(args.steps, args.warmup_steps)
     model = ex.make_model_class()(50, args.image_size, total_batch=args.batch)
-    cfg = TrainConfig(model=model, data=QueueInput(U.FakeImageNetData(args.batch, args.image_size)),
-                      callbacks=[timer], extra_callbacks=[], monitors=[], steps_per_epoch=n, max_epoch=2)
-    launch_train_with_config(cfg, SimpleTrainer(**_trainer_kwargs(args)))
-    args.steps = n
-    _report_train(args, timer.seconds[-1])
+    if args.input == "dummy":
+        data = dict(data=DummyConstantInput([[args.batch, args.image_size, args.image_size, 3], [args.batch]]))
+    elif args.input == "jpeg":
+        df = U.get_imagenet_dataflow(args.images_dir, "train", args.batch, args.image_size, num_proc=args.df_workers)
+        data = dict(dataflow=df)  # the default input: QueueInput, StagingInput around it on a GPU
+    else:
+        data = dict(dataflow=U.FakeImageNetData(args.batch, args.image_size))
+    trainer = _trainer(args)
+    cfg = TrainConfig(model=model, callbacks=[timer], extra_callbacks=[], monitors=[], steps_per_epoch=args.steps,
+                      max_epoch=2, **data)
+    launch_train_with_config(cfg, trainer)
+    _report_kerastrainer(args, timer, trainer)
 
 
 def _keras_model(args):
     ex = _import_example("imagenet-resnet-keras")
-    return ex, ex.build_keras_resnet(50, args.image_size)
+    model = ex.build_keras_resnet(50, args.image_size)
+    if args.input == "nobias":  # the convs without their bias, as in the zoo model (a BatchNorm follows each)
+        import keras
+
+        def strip_bias(layer):
+            if isinstance(layer, keras.layers.Conv2D):
+                return keras.layers.Conv2D.from_config(dict(layer.get_config(), use_bias=False))
+            if isinstance(layer, keras.Model):
+                return keras.models.clone_model(layer, clone_function=strip_bias)
+            return layer.__class__.from_config(layer.get_config())
+        model = keras.models.clone_model(model, clone_function=strip_bias)
+    return ex, model
 
 
 def child_train_kerasmodel(args):
     tf, keras = _setup_tf(args)
-    from kerastrainer import KerasModel, SimpleTrainer
+    from kerastrainer import KerasModel
     ex, model = _keras_model(args)
     timer = _epoch_timer()
-    n = max(args.steps, args.warmup_steps)
-    km = KerasModel(model, input=ex.U.FakeImageNetData(args.batch, args.image_size),
-                    trainer=SimpleTrainer(**_trainer_kwargs(args)))
+    km = KerasModel(model, input=ex.U.FakeImageNetData(args.batch, args.image_size), trainer=_trainer(args))
     ex.compile_model(km, args.batch)
-    km.fit(steps_per_epoch=n, max_epoch=2, callbacks=[timer], extra_callbacks=[], monitors=[])
-    args.steps = n
-    _report_train(args, timer.seconds[-1])
+    km.fit(steps_per_epoch=args.steps, max_epoch=2, callbacks=[timer], extra_callbacks=[], monitors=[])
+    _report_kerastrainer(args, timer, km.trainer)
 
 
 def child_train_fit(args):
@@ -170,7 +251,6 @@ def child_train_fit(args):
     import numpy as np
     ex, model = _keras_model(args)
     U = ex.U
-    n = max(args.steps, args.warmup_steps)
     rng = np.random.RandomState(0)
     x = rng.randint(0, 256, (args.batch, args.image_size, args.image_size, 3)).astype(np.uint8)
     y = rng.randint(0, U.NUM_CLASSES, (args.batch,)).astype(np.int32)
@@ -178,8 +258,7 @@ def child_train_fit(args):
     opt = U.make_sgd(args.batch)
     if args.precision == "fp16":
         opt = keras.optimizers.LossScaleOptimizer(opt)
-    model.compile(opt, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=True if args.xla else "auto")
+    model.compile(opt, keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=args.xla == "on")
 
     class Timer(keras.callbacks.Callback):
         seconds = []
@@ -191,10 +270,9 @@ def child_train_fit(args):
             self.seconds.append(time.perf_counter() - self._t0)
 
     timer = Timer()
-    model.fit(ds, steps_per_epoch=n, epochs=2, callbacks=[timer], verbose=0)
-    args.steps = n
+    model.fit(ds, steps_per_epoch=args.steps, epochs=2, callbacks=[timer], verbose=0)
     print(f"fit jit_compile resolved to {model.jit_compile}", file=sys.stderr)
-    _report_train(args, timer.seconds[-1])
+    _report_train(args, timer.seconds, xla=bool(model.jit_compile))
 
 
 # ============================================================================
@@ -306,10 +384,8 @@ def _cmd(python, child, args, extra=()):
     if python is None:
         return None
     common = ["--device", args.device, "--batch", str(args.batch), "--image-size", str(args.image_size),
-              "--precision", args.precision, "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps),
-              "--df-batches", str(args.df_batches), "--df-warmup", str(args.df_warmup)]
-    if args.xla:
-        common.append("--xla")
+              "--precision", args.precision, "--steps", str(args.steps), "--df-batches", str(args.df_batches),
+              "--df-warmup", str(args.df_warmup), "--df-workers", str(args.df_workers)]
     return [python, os.path.abspath(__file__), "--child", child] + common + list(extra)
 
 
@@ -318,27 +394,92 @@ def _ratio(a, b):
 
 
 def run_train(args):
-    systems = [
-        C.System("kerastrainer KerasModel (keras ResNet50)", _cmd(sys.executable, "train-kerasmodel", args),
-                 timeout=args.timeout),
-        C.System("keras.Model.fit (same keras ResNet50)", _cmd(sys.executable, "train-fit", args),
-                 timeout=args.timeout),
-        C.System("kerastrainer ModelDesc (zoo ResNet-50 v1.5)", _cmd(sys.executable, "train-modeldesc", args),
-                 timeout=args.timeout),
-    ]
-    print(f"\n-- ResNet-50 training on {args.device.upper()}: batch {args.batch}, {args.image_size} px, "
-          f"{args.precision}, xla={args.xla}; {max(args.steps, args.warmup_steps)} timed steps after as many "
-          f"warm-up steps; {args.repeats} interleaved repeats", flush=True)
-    C.run_interleaved(systems, args.repeats, args.verbose)
-    km, fit, md = (C.median_of(s, "value") for s in systems)
+    keys = args.rows.split(",") if args.rows else list(DEFAULT_ROWS)
+    unknown = [k for k in keys if k not in ROWS]
+    if unknown:
+        raise SystemExit(f"--rows: unknown {unknown}; known: {list(ROWS)}")
+    tmp = tempfile.mkdtemp(prefix="kt-bench-ilsvrc-") if any(ROWS[k][2] == "jpeg" for k in keys) else None
+    try:
+        if tmp:
+            write_ilsvrc(tmp)
+        systems = []
+        for key in keys:
+            label, child, inp, xla = ROWS[key]
+            extra = ["--input", inp, "--xla", xla] + (["--images-dir", tmp] if inp == "jpeg" else [])
+            timeout = args.fit_timeout if key == "fit-xla" else args.timeout
+            env = dict(ROW_ENV.get(key, {}))
+            if args.xla_dump:  # one folder per row: count the XLA modules each compiled
+                env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={os.path.join(args.xla_dump, key)}")
+            s = C.System(label, _cmd(sys.executable, child, args, extra), env=env, timeout=timeout)
+            s.key = key
+            systems.append(s)
+        print(f"\n-- ResNet-50 training on {args.device.upper()}: batch {args.batch}, {args.image_size} px, "
+              f"{args.precision}; {args.steps} timed steps after a warm-up epoch of as many; real JPEG "
+              f"pipeline: {args.df_workers} worker processes over {NUM_JPEGS} JPEGs; {args.repeats} interleaved "
+              f"repeat(s); timeout {args.timeout:.0f} s per child ({args.fit_timeout:.0f} s for fit with XLA)",
+              flush=True)
+        C.run_interleaved(systems, args.repeats, args.verbose)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print_train_table(args, systems)
+
+
+def _count_modules(folder: str) -> int:
+    try:
+        return sum(1 for f in os.listdir(folder) if f.endswith(".before_optimizations.txt"))
+    except OSError:
+        return 0
+
+
+def print_train_table(args, systems):
+    med = {s.key: C.median_of(s, "value") for s in systems}
+    fits = [v for k, v in med.items() if k.startswith("fit") and v]
+    best_fit = max(fits) if fits else None
+    rows = []
+    for s in systems:
+        v = med[s.key]
+        if s.cmd is None:
+            runs = f"not run: {s.why}"
+        elif not s.results:
+            timed_out = any("timed out" in e for e in s.errors)
+            runs = f"not finished in {s.timeout:.0f} s" if timed_out else "failed (see above)"
+        else:
+            runs = ", ".join(C.fmt(r["value"]) for r in s.results)
+        rows.append([s.name, C.fmt(v), runs, C.fmt(C.median_of(s, "compile_s"), 1),
+                     C.fmt(C.median_of(s, "warmup_s"), 1),
+                     (C.fmt(_ratio(v, best_fit)) + "x") if v and best_fit else "n/a"]
+                    + ([str(_count_modules(os.path.join(args.xla_dump, s.key)))] if args.xla_dump else []))
     print()
-    print(C.results_table(systems, "value", "images/s", systems[0].name))
-    r_km, r_md = _ratio(km, fit), _ratio(md, fit)
-    print(f"KerasModel / fit: {C.fmt(r_km)}x; ModelDesc / fit: {C.fmt(r_md)}x")
-    print(C.goal_line(f"KerasModel >= keras.Model.fit on the same model (is {C.fmt(r_km)}x)",
-                      None if r_km is None else r_km >= 1.0))
-    print(C.goal_line(f"ModelDesc ResNet-50 >= keras.Model.fit (is {C.fmt(r_md)}x)",
-                      None if r_md is None else r_md >= 1.0), flush=True)
+    print(C.format_table(["system", "median images/s", "runs", "first call s", "warm-up epoch s", "/ best fit"]
+                         + (["XLA modules compiled"] if args.xla_dump else []), rows))
+    print("(XLA on = kerastrainer's default jit_compile='auto' on a GPU; on CPU, 'auto' is off and the "
+          "rows force True. first call = tracing + XLA compile + one step; for fit, the warm-up epoch "
+          "beyond its steps at the timed rate)")
+    dummy, queue, jpeg = med.get("md-dummy-xla"), med.get("md-queue-xla"), med.get("md-jpeg-xla")
+    km_x, km, fit = med.get("km-xla"), med.get("km"), med.get("fit")
+    if queue and med.get("md-queue"):
+        print(f"XLA speed-up: ModelDesc {C.fmt(_ratio(queue, med['md-queue']))}x, KerasModel "
+              f"{C.fmt(_ratio(km_x, km))}x; QueueInput / DummyConstantInput {C.fmt(_ratio(queue, dummy))}; real "
+              f"JPEG / fake QueueInput {C.fmt(_ratio(jpeg, queue))}")
+    print(C.goal_line(f"KerasModel (XLA off) >= keras.Model.fit (XLA off) on the same model "
+                      f"(is {C.fmt(_ratio(km, fit))}x)", None if km is None or fit is None else km >= fit))
+    best_kt = max([v for k, v in med.items() if k in ("md-queue-xla", "km-xla") and v] or [0]) or None
+    print(C.goal_line(f">= 1.3x the best fit configuration that finishes (is {C.fmt(_ratio(best_kt, best_fit))}x)",
+                      None if best_kt is None or best_fit is None else best_kt >= 1.3 * best_fit))
+    if args.device == "gpu":
+        for key, name in (("md-queue-xla", "ModelDesc"), ("km-xla", "KerasModel")):
+            v = med.get(key)
+            print(C.goal_line(f"{name} >= 4,000 images/s with default settings (is {C.fmt(v)})",
+                              None if v is None else v >= 4000))
+            w = C.median_of(next(s for s in systems if s.key == key), "warmup_s") if v else None
+            print(C.goal_line(f"{name}: compile + first epoch < 90 s (is {C.fmt(w, 1)} s)",
+                              None if w is None else w < 90))
+        for key, name in (("md-queue-xla", "QueueInput"), ("md-jpeg-xla", "the real JPEG pipeline")):
+            r = _ratio(med.get(key), dummy)
+            print(C.goal_line(f"{name} >= 95% of DummyConstantInput (is {C.fmt(r)})",
+                              None if r is None else r >= 0.95))
+    sys.stdout.flush()
 
 
 def run_dataflow(args):
