@@ -63,8 +63,9 @@ def test_digits_short_run(tmp_path):
 
 def test_mnist_convnet_fake_and_resume(tmp_path):
     logdir = str(tmp_path / "mnist")
-    run_script("examples/mnist/mnist-convnet.py", "--fake", "--epochs", "1", "--logdir", logdir)
-    r = run_script("examples/mnist/mnist-convnet.py", "--fake", "--epochs", "2", "--logdir", logdir)
+    short = ["--fake", "--steps-per-epoch", "5", "--logdir", logdir]
+    run_script("examples/mnist/mnist-convnet.py", "--epochs", "1", *short)
+    r = run_script("examples/mnist/mnist-convnet.py", "--epochs", "2", *short)
     assert "Auto-resume: resuming" in r.stdout and "training continues at epoch 2" in r.stdout
     stats = json.load(open(os.path.join(logdir, "stats.json")))
     assert [s["epoch_num"] for s in stats] == [1, 2]
