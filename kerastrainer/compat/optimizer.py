@@ -232,13 +232,5 @@ def _call_in_graph_mode(fn: Callable, store: LayerStore) -> keras.optimizers.Opt
     _log_once("optimizer() needs TF1 graph mode (it failed eagerly); it was called in a graph function.")
     opt = box["opt"]
     if isinstance(opt, keras.optimizers.Optimizer):
-        # one made while tracing may hold tensors of that graph (Keras casts in __init__):
-        # make the optimizer again, eagerly; variables optimizer() asked for already exist
-        with tf.variable_creator_scope(create_eagerly), tf1_variables_in_store(store), active_store(store):
-            store.allow_create = True
-            try:
-                opt = fn()
-            finally:
-                store.allow_create = allow
         return opt
     return translate_optimizer(opt, (lambda: concrete()) if box.get("graph_lr") else None)
