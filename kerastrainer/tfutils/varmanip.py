@@ -87,23 +87,28 @@ def _optimizer_variables(opt, name_of: Dict[int, str]) -> Dict[str, object]:
     chain = _optimizer_chain(opt)
     for depth in reversed(range(len(chain))):  # innermost first: a wrapper also lists its inner variables
         o = chain[depth]
-        prefix = OPTIMIZER_PREFIX + "inner/" * depth
+        # the optimizer that owns the slots is 'optimizer/' whatever wraps it (a loss-scale wrapper
+        # with fp16): a checkpoint then loads under either precision
+        prefix = OPTIMIZER_PREFIX if depth == len(chain) - 1 else f"{OPTIMIZER_PREFIX}{type(o).__name__}/"
         tvars = list(getattr(o, "_trainable_variables", None) or [])
         tids = {_vid(v) for v in tvars}
         if tvars:
             for attr in sorted(vars(o)):
                 val = getattr(o, attr, None)
-                if attr == "_trainable_variables" or not isinstance(val, (list, tuple)) or len(val) != len(tvars):
+                if attr in ("_trainable_variables", "_variables") or not isinstance(val, (list, tuple)) \
+                        or len(val) != len(tvars):
                     continue
-                if not any(v is not None for v in val) or \
-                        not all(v is None or (_is_variable(v) and _vid(v) not in tids) for v in val):
+                # one variable of its reference's shape per trainable variable (None where it has none)
+                if not any(v is not None for v in val) or not all(
+                        v is None or (_is_variable(v) and _vid(v) not in tids and _shape(v) == _shape(ref))
+                        for v, ref in zip(val, tvars)):
                     continue
                 slot = attr.lstrip("_")
                 for i, (ref, sv) in enumerate(zip(tvars, val)):
                     if sv is None or _vid(sv) in claimed:
                         continue
                     ref_name = name_of.get(_vid(ref), f"_unnamed_{i}")
-                    out[f"{prefix}{ref_name}/{slot}"] = sv
+                    out[f"{OPTIMIZER_PREFIX}{ref_name}/{slot}"] = sv
                     claimed.add(_vid(sv))
         for v in list(getattr(o, "variables", None) or []):
             if _vid(v) in claimed or _vid(v) in tids:

@@ -3,8 +3,6 @@
 Auto-resumes from LOGDIR; prints 'STEP <n>' after each step and 'DONE <global step>' at the end.
 """
 import argparse
-import os
-import sys
 
 import numpy as np
 
