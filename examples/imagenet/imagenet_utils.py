@@ -250,7 +250,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="XLA: auto (the trainers' default: on GPUs, off on CPU), on or off")
     parser.add_argument("--load", help="weights to start from / to evaluate: a checkpoint or log dir")
     parser.add_argument("--eval", action="store_true", help="evaluate --load on the val set and exit")
-    parser.add_argument("--epochs", type=int, default=90, help="the last epoch")
+    parser.add_argument("--epochs", type=int, help="the last epoch (default 90; 2 with --fake)")
     parser.add_argument("--steps-per-epoch", type=int,
                         help="default: one pass over the training set (100 with --fake)")
     parser.add_argument("--warmup-epochs", type=int, default=5)
@@ -262,6 +262,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def check_data_args(args) -> None:
+    if args.epochs is None:
+        args.epochs = 2 if args.fake else 90
     if not args.fake and not args.data:
         raise SystemExit("Give --data <ILSVRC12 root> (see examples/imagenet/README.md), or --fake.")
     if args.eval and not args.load:
