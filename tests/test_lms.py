@@ -356,3 +356,245 @@ def test_keras_model_blocks():
         lms.remove()
     for a, b in zip(ref, got):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# --- TFLMS parity --------------------------------------------------------------------------------
+import importlib.util
+import logging
+
+from kerastrainer.lms import LMSKerasCallback
+
+SEEDS = os.path.join(HERE, "seed_programs")
+
+
+class _Capture(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append((record.levelno, record.getMessage()))
+
+    def warnings(self):
+        return "\n".join(m for lv, m in self.messages if lv >= logging.WARNING)
+
+    def text(self):
+        return "\n".join(m for _, m in self.messages)
+
+
+@pytest.fixture
+def kt_log():
+    """Messages of the kerastrainer logger (it does not propagate to the root logger)."""
+    lg = logging.getLogger("kerastrainer")
+    h = _Capture()
+    lg.addHandler(h)
+    yield h
+    lg.removeHandler(h)
+
+
+def _load_seed(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(SEEDS, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _flat_model(n=6, width=32, seed=0):
+    keras.utils.set_random_seed(seed)
+    layers = [keras.Input((width,))] + [keras.layers.Dense(width, activation="tanh") for _ in range(n)]
+    model = keras.Sequential(layers + [keras.layers.Dense(3)])
+    model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _flat_data(n=64, width=32):
+    rng = np.random.RandomState(0)
+    x = rng.randn(n, width).astype("float32")
+    return x, (x[:, 0] > 0).astype("int32") + (x[:, 1] > 0).astype("int32")
+
+
+def test_tflms_knobs_map_to_policy_and_blocks(kt_log):
+    lms = LMS(swapout_threshold=2, swapin_ahead=1, swapin_groupby=0, cpu_device="/cpu:1",
+              excl_scopes={"head"}, incl_types={"Conv2D"}, sync_mode=2, lb=3)
+    assert lms.policy == "offload"                  # TFLMS's manual mode: all three knobs given
+    assert lms.host_device == "/cpu:1"              # cpu_device is host_device
+    assert lms.config.swapin_groupby == 1 and lms.config.swapout_threshold == 2
+    assert lms.config.swapin_ahead == 1 and lms.config.sync_swapin
+    assert not lms.selects("head") and lms.selects("res0")
+    lms.excl_output_by_scopes = {"res1"}             # TFLMS's properties, set after construction
+    lms.incl_input_by_scopes = {"res*"}
+    assert lms.excl_output_by_scopes == {"res1"}
+    assert not lms.selects("res1") and lms.selects("res0") and not lms.selects("other")
+    assert LMS().policy == "auto" and LMS(swapout_threshold=3).policy == "auto"  # -1: auto-tune
+    assert LMS(lb=2).config.swapin_ahead == 2
+    assert LMS({"adam_optimizer"}).policy == "offload"  # TFLMS 2018: LMS(optimizer_scopes)
+    assert LMSKerasCallback is LMS
+
+
+def test_tflms_knobs_without_tf2_meaning_are_warned_by_name(kt_log):
+    LMS(serialization=["1:3"], serialization_by_size=1.5, gpu_device="/gpu:1", ub=50, fuse_swapins=True,
+        ctrld_strategy="direct_order", swap_branches=True, branch_threshold=4, sync_mode=1,
+        graph=object(), optimizer_scopes_override={"sgd"})
+    text = kt_log.warnings()
+    for name in ("serialization=", "serialization_by_size=", "gpu_device=", "ub=", "fuse_swapins=",
+                 "ctrld_strategy=", "swap_branches=", "branch_threshold=", "sync_mode=1"):
+        assert name in text, name
+    LMS(serialization=[], fuse_swapins=False)  # TFLMS's defaults: nothing to say
+    assert kt_log.warnings().count("serialization") == 2
+    with pytest.raises(TypeError, match="swapout_treshold"):
+        LMS(swapout_treshold=3)
+    with pytest.raises(ValueError, match="sync_mode"):
+        LMS(sync_mode=4)
+    with pytest.raises(ValueError, match="keywords"):
+        LMS(50)
+
+
+def test_run_graph_raises_with_the_tf2_call():
+    lms = LMS(swapout_threshold=50, swapin_ahead=3, swapin_groupby=2)
+    with pytest.raises(RuntimeError) as e:
+        lms.run(tf.compat.v1.get_default_graph())
+    for call in ("callbacks=[lms]", "TrainConfig(", "lms.apply(", "lms_block("):
+        assert call in str(e.value), call
+    with pytest.raises(RuntimeError, match="callbacks=\\[lms\\]"):
+        lms.begin()
+
+
+def test_lms_is_a_keras_fit_callback_with_identical_training(kt_log):
+    x, y = _flat_data()
+    model = _flat_model()
+    ref = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history["loss"]
+    w_ref = [w.numpy() for w in model.weights]
+    model = _flat_model()
+    lms = LMSKerasCallback(swapout_threshold=1, swapin_ahead=1, swapin_groupby=1)
+    got = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[lms]).history["loss"]
+    assert lms.last_report["blocks"] == 6 and len(lms.last_report["applied"]) == 5, lms.last_report
+    assert "one block per layer" in kt_log.text()   # flat Sequential: per-layer blocks
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    for a, b in zip(w_ref, model.weights):
+        np.testing.assert_allclose(b.numpy(), a, rtol=1e-6, atol=1e-7)
+    # after fit the layers are plain again and fit traces anew
+    assert all(getattr(l, "_lms_original_call", None) is None for l in model.layers)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+
+
+def test_keras_offload_to_another_device_and_type_filters():
+    # tensors of 32 x 64 floats: above the 4 KiB below which nothing is swapped
+    x, y = _flat_data(width=64)
+    ref = _flat_model(width=64).fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0).history["loss"]
+    model = _flat_model(width=64)
+    lms = LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=1, cpu_device="/cpu:1")
+    got = model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0, callbacks=[lms]).history["loss"]
+    assert set(lms.last_report["modes"].values()) == {"offload"}, lms.last_report
+    swapped = lms.last_report["swapped_tensors"]
+    assert swapped >= 5, lms.last_report
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    model = _flat_model(width=64)
+    lms = LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=1, cpu_device="/cpu:1", excl_types={"Tanh"})
+    model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0, callbacks=[lms])
+    assert 0 < lms.last_report["swapped_tensors"] < swapped, (lms.last_report, swapped)
+
+
+def test_tflms_verbatim_values_warn_with_the_number_of_blocks(kt_log):
+    x, y = _flat_data()
+    model = _flat_model()
+    lms = LMS(swapout_threshold=50, swapin_ahead=3, swapin_groupby=2)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[lms])
+    assert lms.last_report["applied"] == []
+    w = kt_log.warnings()
+    assert "selects nothing" in w and "6 block(s) were found" in w and "below 6" in w, w
+    model = _flat_model()
+    lms = LMS("recompute", blocks=["nothing*"], excl_blocks=["x"])
+    with pytest.raises(ValueError, match="matches"):
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[lms])
+
+
+def test_auto_estimates_at_the_real_batch_size(kt_log):
+    x, y = _flat_data(n=512, width=64)
+    model = _flat_model(width=64)
+    lms = LMS(memory_budget=200 << 10)  # 'auto': 200 KiB, far below the activations of batch 256
+    model.fit(x, y, batch_size=256, epochs=1, verbose=0, callbacks=[lms])
+    assert "profiled at batch size 256" in kt_log.text(), kt_log.text()
+    assert lms.plan is not None and lms.plan.modes, lms.plan.summary()
+    assert "batch 1" not in kt_log.warnings()
+
+
+def test_flat_sequential_gets_per_layer_blocks():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8), keras.layers.Dropout(0.5),
+                              keras.layers.Dense(8), keras.layers.Dense(2)])
+    lms = LMS("recompute")
+    lms.apply(model)
+    try:
+        names = [l.name for l in lms._wrapped_layers]
+    finally:
+        lms.remove()
+    # every layer but the random one and the output layer
+    assert names == [model.layers[0].name, model.layers[2].name], names
+
+
+_FIT_PEAK = textwrap.dedent("""
+    import json, os, sys
+    os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import numpy as np, keras, tensorflow as tf
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    from kerastrainer.lms import LMSKerasCallback
+    keras.utils.set_random_seed(0)
+    # deep and narrow: the activations kept for the backward pass dominate the weights
+    model = keras.Sequential([keras.Input((256,))] + [keras.layers.Dense(256, activation="tanh")
+                                                     for _ in range(12)] + [keras.layers.Dense(10)])
+    model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.RandomState(0).rand(8192, 256).astype("float32"); y = np.arange(8192) % 10
+
+    class Peak(keras.callbacks.Callback):
+        def on_train_batch_begin(self, b, logs=None):
+            if b == 1:
+                tf.config.experimental.reset_memory_stats("CPU:0")
+        def on_train_end(self, logs=None):
+            self.peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+    p = Peak()
+    cbs = [p] + ([LMSKerasCallback(swapout_threshold=1, swapin_ahead=1, swapin_groupby=1)]
+                 if sys.argv[1] == "lms" else [])
+    h = model.fit(x, y, batch_size=4096, epochs=1, verbose=0, shuffle=False, callbacks=cbs)
+    print("RESULT", json.dumps({"peak": p.peak, "loss": h.history["loss"][0]}))
+""")
+
+
+def _fit_peak(mode):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", _FIT_PEAK, mode], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")][-1]
+    return json.loads(line.split(None, 1)[1])
+
+
+def test_keras_callback_lowers_peak_memory_with_identical_loss():
+    # 13 kept activations of 4 MiB without LMS; with it, the segments' first inputs and one block
+    base, lms = _fit_peak("none"), _fit_peak("lms")
+    assert lms["loss"] == base["loss"]
+    assert lms["peak"] < 0.75 * base["peak"], (lms, base)
+
+
+# --- the ported TFLMS programs (tests/seed_programs/tflms_*) ---------------------------------------
+def test_tflms_keras_port_verbatim_knobs_warn_and_train(kt_log):
+    port = _load_seed("tflms_mnist_cnn_keras")
+    keras.utils.set_random_seed(0)
+    model, hist, lms = port.main(["--epochs", "1", "--samples", "256", "--batch_size", "64"])
+    w = kt_log.warnings()
+    # the program's swapout_threshold=40 on its 6-layer model (dropouts and output layer stay plain)
+    assert "selects nothing" in w and "5 block(s) were found" in w, w
+    assert np.isfinite(hist.history["loss"]).all()
+
+
+def test_tflms_keras_port_block_knobs_train_exactly_as_without_lms():
+    port = _load_seed("tflms_mnist_cnn_keras")
+    args = ["--epochs", "2", "--samples", "256", "--batch_size", "64"]
+    keras.utils.set_random_seed(0)
+    m0, h0, _ = port.main(args + ["--no-lms"])
+    keras.utils.set_random_seed(0)
+    m1, h1, lms = port.main(args + ["--swapout_threshold", "1", "--swapin_ahead", "1", "--swapin_groupby", "1"])
+    assert len(lms.last_report["applied"]) == 4, lms.last_report
+    np.testing.assert_allclose(h1.history["loss"], h0.history["loss"], rtol=1e-6)
+    np.testing.assert_allclose(h1.history["val_loss"], h0.history["val_loss"], rtol=1e-6)
+    for a, b in zip(m0.weights, m1.weights):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6, atol=1e-7)

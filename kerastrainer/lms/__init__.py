@@ -8,11 +8,15 @@ Example::
 
     from kerastrainer.lms import LMS, lms_block
     config = TrainConfig(model=Model(), dataflow=df, callbacks=[LMS('recompute')])
+    keras_model.fit(x, y, callbacks=[LMS(swapout_threshold=2, swapin_ahead=1, swapin_groupby=1)])
+
+IBM TFLMS's names and knobs are accepted (``LMSKerasCallback`` is ``LMS``); see
+docs/migration-keras2-tflms.md.
 """
 from .blocks import current_block_key, lms_block
 from .planner import Plan, device_memory_budget
-from .policy import LMS, POLICIES
+from .policy import LMS, LMSKerasCallback, LMSSessionRunHook, POLICIES
 from .recompute import LMSBlockError
 
-__all__ = ["LMS", "POLICIES", "lms_block", "current_block_key", "LMSBlockError", "Plan",
+__all__ = ["LMS", "LMSKerasCallback", "LMSSessionRunHook", "POLICIES", "lms_block", "current_block_key", "LMSBlockError", "Plan",
            "device_memory_budget"]
