@@ -81,11 +81,7 @@ class _DecodeCrop:
             cv2.setNumThreads(1)
             self._pid = os.getpid()
         fname, label = dp
-        try:
-            buf = np.fromfile(fname, np.uint8)
-        except OSError as e:
-            raise ValueError(f"Cannot read image '{fname}': {e}") from e
-        return [self.aug.decode(buf, name=fname), np.int32(label)]
+        return [self.aug.decode(fname), np.int32(label)]   # BadImageError names a bad file
 
 
 def default_num_workers() -> int:
