@@ -91,7 +91,12 @@ class RandomOrderAug(AugmentorList):
 
 
 class Identity(ImageAugmentor):
-    """Does nothing (a placeholder, e.g. one of the choices of :class:`RandomChooseAug`)."""
+    """Does nothing (a placeholder, e.g. one of the choices of :class:`RandomChooseAug`).
+
+    Example::
+
+        RandomChooseAug([Identity(), GaussianBlur(3)])
+    """
 
     def get_transform(self, img):
         return NoOpTransform()

@@ -31,7 +31,12 @@ class BackgroundFiller:
 
 
 class ConstantBackgroundFiller(BackgroundFiller):
-    """A canvas filled with ``value``, of the image's dtype."""
+    """A canvas filled with ``value``, of the image's dtype.
+
+    Example::
+
+        CenterPaste((40, 40), ConstantBackgroundFiller(128))
+    """
 
     def __init__(self, value: float):
         self.value = value

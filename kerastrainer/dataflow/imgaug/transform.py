@@ -260,6 +260,11 @@ class WarpAffineTransform(Transform):
     """``cv2.warpAffine`` by the 2x3 matrix ``mat`` into an image of ``dsize = (w, h)``.
 
     Masks are warped with nearest-neighbour interpolation; coordinates by the same matrix.
+
+    Example::
+
+        t = WarpAffineTransform(cv2.getRotationMatrix2D((50, 40), 30, 1.0), (100, 80))
+        out, pts = t.apply_image(img), t.apply_coords(pts)
     """
 
     def __init__(self, mat, dsize, interp: Optional[int] = None, borderMode: Optional[int] = None,  # noqa: N803
@@ -291,7 +296,12 @@ class WarpAffineTransform(Transform):
 
 
 class TransposeTransform(Transform):
-    """Swap the image's height and width axes (and x and y of coordinates)."""
+    """Swap the image's height and width axes (and x and y of coordinates).
+
+    Example::
+
+        TransposeTransform().apply_image(np.zeros((2, 3, 1))).shape   # (3, 2, 1)
+    """
 
     def apply_image(self, img):
         out = cv2.transpose(img)
@@ -305,7 +315,14 @@ class TransposeTransform(Transform):
 
 class LazyTransform(Transform):
     """A transform drawn from the first image it is applied to (``get_transform(img)``);
-    later calls, and coordinates and masks after that, replay it."""
+    later calls, and coordinates and masks after that, replay it.
+
+    Example::
+
+        t = LazyTransform(CenterCrop(32).get_transform)
+        out = t.apply_image(img)              # drawn from img here
+        pts = t.apply_coords(pts)             # the same crop
+    """
 
     def __init__(self, get_transform: Callable[[np.ndarray], Transform]):
         self.get_transform = get_transform
