@@ -120,3 +120,53 @@ def test_cifar10_cnn_distrib_slurm_under_a_faked_two_task_srun(tmp_path):
     assert "CIFAR VALIDATION LOSS, ACC" in out
     reference = _cifar_reference(data, batch=64, lr=2e-4, epochs=2)
     _assert_same_weights(keras.models.load_model(str(saved)), reference)
+
+
+def _write_mnist_tfrecord(path, n, seed=0, kinds=10):
+    """``n`` records of ``kinds`` distinct images (labels 0, 1, ...): a smooth problem, so that
+    RMSprop's sign-like first steps do not turn float rounding into different weights."""
+    import tensorflow as tf
+    rng = np.random.RandomState(seed)
+    images = rng.rand(kinds, 784)
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in range(n):
+            feats = {"image": tf.train.Feature(float_list=tf.train.FloatList(value=images[i % kinds].tolist())),
+                     "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % kinds]))}
+            w.write(tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
+
+
+@pytest.mark.slow
+def test_mnist_tfrecord_mgpu_equals_serial_and_reloads(tmp_path):
+    import tensorflow as tf
+    records = tmp_path / "mnist.tfrecord"
+    _write_mnist_tfrecord(records, 256)
+    # 2 "GPUs": batch 128 * 2 = 256 (the whole file: one step an epoch), lr 2e-3 * 2, 5 epochs
+    out = run("mnist_tfrecord_mgpu.py", devices=2, cwd=tmp_path, env={"MNIST_TFRECORD": str(records)})
+    assert "MULTI-GPU MODEL" in out and "Test accuracy" in out
+
+    sys.path.insert(0, PROGRAMS)
+    try:
+        import mnist_tfrecord_mgpu as prog
+    finally:
+        sys.path.remove(PROGRAMS)
+    data = [(img.numpy(), int(lab)) for img, lab in tf.data.TFRecordDataset(str(records)).map(prog._parse)]
+    x = np.stack([d[0] for d in data]).reshape(-1, 28, 28, 1)
+    y = keras.utils.to_categorical([d[1] for d in data], 10)
+    keras.utils.set_random_seed(0)
+    orig = keras.layers.Dropout.call
+    keras.layers.Dropout.call = lambda self, inputs, training=None: inputs
+    try:
+        inp = keras.Input((28, 28, 1))
+        reference = keras.Model(inp, prog.cnn_layers(inp, 10))
+        reference.compile(optimizer=keras.optimizers.RMSprop(
+            learning_rate=keras.optimizers.schedules.InverseTimeDecay(4e-3, 1, 1e-5)),
+            loss="categorical_crossentropy")
+        reference.fit(x, y, batch_size=256, epochs=5, shuffle=False, verbose=0)
+    finally:
+        keras.layers.Dropout.call = orig
+    inp = keras.Input((28, 28, 1))
+    reloaded = keras.Model(inp, prog.cnn_layers(inp, 10))
+    reloaded.load_weights(str(tmp_path / "saved_wt.weights.h5"))  # what the program saved from the template
+    _assert_same_weights(reloaded, reference)
+    np.testing.assert_allclose(reloaded.predict(x[:32], verbose=0), reference.predict(x[:32], verbose=0),
+                               rtol=1e-4, atol=1e-6)
