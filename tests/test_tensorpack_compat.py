@@ -252,3 +252,27 @@ def test_checkpoint_pointer_file_is_accepted(tmp_path):
     prefix = ckpt.save(str(tmp_path / "checkpoint"))
     assert os.path.isfile(tmp_path / "checkpoint")
     assert get_checkpoint_path(str(tmp_path / "checkpoint")) == prefix
+
+
+class _GradProc(_Base):
+    def build_graph(self, x, y):
+        return self.logits_cost(x, y)
+
+    def optimizer(self):
+        from kerastrainer.tfutils import gradproc, optimizer
+        return optimizer.apply_grad_processors(tfv1.train.GradientDescentOptimizer(0.1), [
+            gradproc.ScaleGradient(("fc/b", 0.0)), gradproc.GlobalNormClip(1e-3)])
+
+
+def test_apply_grad_processors_scale_and_clip():
+    rec = _InitialWeights()
+
+    class _B(Callback):
+        def _before_train(self):
+            self.b = self.trainer.named_variables()["fc/b"].numpy().copy()
+    recb = _B()
+    trainer = _train(_GradProc(), steps=3, callbacks=[rec, recb])
+    names = trainer.named_variables()
+    np.testing.assert_array_equal(names["fc/b"].numpy(), recb.b)  # frozen by ScaleGradient(0)
+    moved = np.linalg.norm(names["fc/W"].numpy() - rec.w)
+    assert 0 < moved <= 3 * 0.1 * 1e-3 + 1e-7  # each step's gradient clipped to norm 1e-3

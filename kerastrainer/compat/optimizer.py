@@ -29,6 +29,7 @@ from keras import ops
 from ..tfutils.layer_store import LayerStore
 from ..utils import logger
 from .global_step import active_store
+from .gradproc import GradientProcessedOptimizer, install_processors
 from .variables import tf1_variables_in_store
 
 __all__ = ["call_optimizer", "translate_optimizer", "MomentumV1", "RMSPropV1"]
@@ -201,17 +202,26 @@ def call_optimizer(fn: Callable, store: LayerStore) -> keras.optimizers.Optimize
         with active_store(store), tf1_variables_in_store(store):
             try:
                 opt = fn()
+                lr_function = None
             except Exception as eager_error:  # noqa: BLE001 - retried in graph mode, else re-raised
                 try:
-                    return _call_in_graph_mode(fn, store)
+                    opt, lr_function = _call_in_graph_mode(fn, store)
                 except Exception:
                     raise eager_error from None
     finally:
         store.allow_create = allow
-    return translate_optimizer(opt)
+    procs = []
+    if isinstance(opt, GradientProcessedOptimizer):
+        opt, procs = opt.opt, opt.procs
+    kopt = translate_optimizer(opt, lr_function)
+    if procs:
+        install_processors(kopt, procs, store.named_variables)
+        _log_once("optimizer(): gradient processors %s run before each update."
+                  % ", ".join(type(p).__name__ for p in procs))
+    return kopt
 
 
-def _call_in_graph_mode(fn: Callable, store: LayerStore) -> keras.optimizers.Optimizer:
+def _call_in_graph_mode(fn: Callable, store: LayerStore):
     box = {}
 
     def create_eagerly(next_creator, **kwargs):
@@ -222,7 +232,8 @@ def _call_in_graph_mode(fn: Callable, store: LayerStore) -> keras.optimizers.Opt
         with tf.variable_creator_scope(create_eagerly), tf1_variables_in_store(store):
             opt = fn()
         box["opt"] = opt
-        lr = _tf1_learning_rate(opt) if isinstance(opt, tf.compat.v1.train.Optimizer) else None
+        inner = opt.opt if isinstance(opt, GradientProcessedOptimizer) else opt
+        lr = _tf1_learning_rate(inner) if isinstance(inner, tf.compat.v1.train.Optimizer) else None
         if tf.is_tensor(lr) and not isinstance(lr, tf.Variable) and not hasattr(lr, "numpy"):
             box["graph_lr"] = True
             return tf.cast(lr, tf.float32)
@@ -230,7 +241,4 @@ def _call_in_graph_mode(fn: Callable, store: LayerStore) -> keras.optimizers.Opt
 
     concrete = tf.function(trace, autograph=False).get_concrete_function()
     _log_once("optimizer() needs TF1 graph mode (it failed eagerly); it was called in a graph function.")
-    opt = box["opt"]
-    if isinstance(opt, keras.optimizers.Optimizer):
-        return opt
-    return translate_optimizer(opt, (lambda: concrete()) if box.get("graph_lr") else None)
+    return box["opt"], ((lambda: concrete()) if box.get("graph_lr") else None)

@@ -5,7 +5,8 @@ from .sessinit import (ChainInit, CheckpointInit, CheckpointLoadError, DictResto
 from .summary import add_moving_summary, add_param_summary, add_tensor_summary
 from .tower import TowerContext, get_current_tower_context
 from .tower_func import ModelVariables, TowerFunction
-from . import sessinit, summary, tower  # noqa: E402 (named in __all__)
+from . import gradproc, optimizer, sessinit, summary, tower  # noqa: E402 (named in __all__)
+from .common import get_global_step_value, get_global_step_var, get_tf_version_tuple  # noqa: E402
 from .varmanip import NonFiniteWeightsError, load_chkpt_vars
 
 __all__ = ["LayerStore", "get_default_layer_store", "get_variable", "reset_default_layer_store",
@@ -15,4 +16,5 @@ __all__ = ["LayerStore", "get_default_layer_store", "get_variable", "reset_defau
            "TowerContext", "get_current_tower_context", "TowerFunction", "ModelVariables",
            "load_chkpt_vars", "NonFiniteWeightsError",
            # submodules, as tensorpack's star import gives them (`summary.add_moving_summary(...)`)
-           "summary", "sessinit", "tower"]
+           "get_tf_version_tuple", "get_global_step_var", "get_global_step_value",
+           "summary", "sessinit", "tower", "gradproc", "optimizer"]
