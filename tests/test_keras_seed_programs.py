@@ -170,3 +170,30 @@ def test_mnist_tfrecord_mgpu_equals_serial_and_reloads(tmp_path):
     _assert_same_weights(reloaded, reference)
     np.testing.assert_allclose(reloaded.predict(x[:32], verbose=0), reference.predict(x[:32], verbose=0),
                                rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_tensorpack_mnist_keras_v2(tmp_path):
+    """tensorpack's whole-Keras-model example: get_model(image), signatures, QueueInput, fit() to
+    TrainConfig's max_epoch (capped to 2 by tests/tensorpack_examples/_shorten.py)."""
+    import json
+    examples = os.path.join(HERE, "tensorpack_examples")
+    sys.path.insert(0, examples)
+    try:
+        import _data
+    finally:
+        sys.path.remove(examples)
+    _data.write_mnist(str(tmp_path / "data"))  # 256 training images: 2 batches of 128
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERASTRAINER_DATASET=str(tmp_path / "data"), TP_MAX_EPOCH="2")
+    proc = subprocess.run([sys.executable, os.path.join(examples, "_shorten.py"),
+                           os.path.join(examples, "mnist-keras-v2.py")], cwd=tmp_path, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, out[-6000:]
+    assert "AdamOptimizer" in out  # the TF1 optimizer, translated (logged once)
+    logdir = tmp_path / "train_log" / "mnist-keras-v2"
+    with open(logdir / "stats.json") as f:
+        stats = json.load(f)
+    assert [s["epoch_num"] for s in stats] == [1, 2] and stats[-1]["global_step"] == 4
+    assert "val_categorical_accuracy" in stats[-1] and np.isfinite(stats[-1]["val_loss"])
+    assert os.path.isfile(logdir / "checkpoint")  # ModelSaver

@@ -241,7 +241,9 @@ class KerasModel:
     # --- compile ------------------------------------------------------------------------------
     def compile(self, optimizer, loss, metrics=None, loss_weights=None,
                 jit_compile: Union[bool, str] = "auto") -> None:
-        """Like ``keras.Model.compile``: a Keras optimizer (or its name), the loss(es), the metrics.
+        """Like ``keras.Model.compile``: a Keras optimizer (or its name; a ``tf.compat.v1.train``
+        optimizer, as tensorpack's ``KerasModel`` took, becomes the Keras optimizer with the
+        same update rule), the loss(es), the metrics.
 
         Losses and metrics may be Keras objects, functions or strings; a list or dict
         gives one per output. ``jit_compile``: XLA, as the trainer's argument: ``'auto'``
@@ -251,6 +253,9 @@ class KerasModel:
         if isinstance(jit_compile, str) and jit_compile != "auto" or jit_compile not in (True, False, "auto"):
             raise ValueError(f"jit_compile must be True, False or 'auto'; got {jit_compile!r}")
         opt = keras.optimizers.get(optimizer) if isinstance(optimizer, (str, dict)) else optimizer
+        if isinstance(opt, tf.compat.v1.train.Optimizer):  # tensorpack's KerasModel took TF1 optimizers
+            from ..compat.optimizer import translate_optimizer
+            opt = translate_optimizer(opt)
         if not isinstance(opt, keras.optimizers.Optimizer):
             raise TypeError(f"compile(optimizer=...) needs a Keras optimizer or its name; got {type(optimizer).__name__}.")
         if loss is None:
