@@ -18,7 +18,7 @@ from .dataflow import *  # noqa: F401,F403  (TF-free)
 _TF_MODULES = ("kerastrainer.tfutils", "kerastrainer.input_source", "kerastrainer.models",
                "kerastrainer.callbacks", "kerastrainer.train", "kerastrainer.predict",
                "kerastrainer.keras", "kerastrainer.lms",
-               "kerastrainer.compat")
+               "kerastrainer.compat", "kerastrainer.compat.callbacks")
 _tf_names = None
 
 
