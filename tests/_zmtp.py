@@ -12,9 +12,19 @@ def _ready(socket_type: bytes) -> bytes:
     return b"\x04" + bytes([len(body)]) + body
 
 
-def connect_push(host: str, port: int, timeout: float = 10.0) -> socket.socket:
-    """A TCP connection that has done the ZMTP handshake as a PUSH socket."""
-    s = socket.create_connection((host, port), timeout=timeout)
+def connect_push(endpoint: str, socket_type: bytes = b"PUSH", timeout: float = 10.0) -> socket.socket:
+    """A connection to a zmq ``tcp://host:port`` or ``ipc://`` endpoint (``ipc://@name``: Linux
+    abstract namespace) that has done the ZMTP handshake as a ``socket_type`` socket."""
+    if endpoint.startswith("tcp://"):
+        host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+        s = socket.create_connection((host, int(port)), timeout=timeout)
+    elif endpoint.startswith("ipc://"):
+        path = endpoint[len("ipc://"):]
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect("\0" + path[1:] if path.startswith("@") else path)
+    else:
+        raise ValueError(f"unsupported endpoint {endpoint!r}")
     s.sendall(_greeting())
     got = b""
     while len(got) < 64:
@@ -22,7 +32,7 @@ def connect_push(host: str, port: int, timeout: float = 10.0) -> socket.socket:
         if not chunk:
             raise ConnectionError("peer closed during the ZMTP greeting")
         got += chunk
-    s.sendall(_ready(b"PUSH"))
+    s.sendall(_ready(socket_type))
     return s
 
 
