@@ -177,6 +177,25 @@ def test_creation_order_format_still_loads_with_a_warning(tmp_path, kt_log):
     assert "creation-order format" in kt_log.text() and "save again" in kt_log.text()
 
 
+def test_tf1_name_based_checkpoint_loads_by_name(tmp_path, kt_log):
+    """A checkpoint keyed like tensorpack's (TF1 Saver: variable names, slots as '<name>/Adam')."""
+    rng = np.random.RandomState(1)
+    arrays = {"a/W": rng.randn(W, W), "a/b": rng.randn(W), "b/W": rng.randn(W, W), "b/b": rng.randn(W),
+              "out/W": rng.randn(W, 3), "out/b": rng.randn(3), "a/W/Adam": rng.randn(W, W)}
+    arrays = {k: v.astype("float32") for k, v in arrays.items()}
+    arrays["global_step"] = np.int64(500)
+    names = sorted(arrays)
+    prefix = str(tmp_path / "tp" / "model-500")
+    os.makedirs(os.path.dirname(prefix))
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(arrays[n]) for n in names])
+    pred = OfflinePredictor(PredictConfig(model=Swappable(first="b"), session_init=prefix, input_names=["x"],
+                                          output_names=["prob"]))
+    for name, var in pred._target.named_variables().items():
+        np.testing.assert_array_equal(var.numpy(), arrays[name], err_msg=name)
+    assert "a/W/Adam" in kt_log.text()  # not in the model: named in the warning
+
+
 def test_saver_refuses_nan_weights_and_keeps_the_latest(tmp_path):
     d = str(tmp_path / "a")
     # no NaN guard: the saver alone must refuse; the flagged batch is step 7 (0-based), so the

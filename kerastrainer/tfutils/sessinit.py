@@ -47,6 +47,8 @@ class JustCurrentSession(SessionInit):
 
 def get_checkpoint_path(path: str) -> str:
     """Resolve a log dir (its latest checkpoint) or a checkpoint prefix to a prefix."""
+    if os.path.basename(path) == "checkpoint" and os.path.isfile(path) and not os.path.isfile(path + ".index"):
+        path = os.path.dirname(path) or "."  # tensorpack's `--load <dir>/checkpoint`: the pointer file
     if os.path.isdir(path):
         latest = latest_checkpoint(path)
         if latest is None:
@@ -67,7 +69,8 @@ class CheckpointInit(SessionInit):
     message: mismatched shapes are a :class:`CheckpointLoadError`, the others a
     warning (an error with ``strict``). A damaged file is a ``CheckpointLoadError``
     naming it. Checkpoints of the earlier creation-order format still load (through
-    the target's ``tf.train.Checkpoint``), with a warning.
+    the target's ``tf.train.Checkpoint``), with a warning; TF1 name-based checkpoints
+    (tensorpack's) load the model's variables by name.
 
     Args:
         path: a checkpoint prefix or a directory (its latest checkpoint).
@@ -93,8 +96,13 @@ class CheckpointInit(SessionInit):
             arrays = load_chkpt_vars(self.path)
         model_only = self.model_only or getattr(target, "optimizer", None) is None
         if not is_named_format(arrays):
-            self._init_creation_order(target, model_only)
-            return
+            if "_CHECKPOINTABLE_OBJECT_GRAPH" in arrays:
+                self._init_creation_order(target, model_only)
+                return
+            # a TF1 name-based checkpoint (tensorpack's): its keys are variable names already
+            logger.info("Checkpoint '%s' is a TF1 name-based checkpoint: loading the model's variables "
+                        "by name.", self.path)
+            model_only = True
         bad = nonfinite_names({k: v for k, v in arrays.items() if isinstance(v, np.ndarray)})
         if bad:
             logger.warning("Checkpoint '%s' holds NaN or Inf in: %s", self.path, ", ".join(bad))
