@@ -55,7 +55,8 @@ class NonFiniteWeightsError(ValueError):
 
 
 def _vid(v) -> int:
-    """Identity of a variable through Keras' wrapper (the wrapped ``tf.Variable`` may be swapped)."""
+    """Identity of a variable object (a Keras variable keeps its identity when the trainer swaps
+    the ``tf.Variable`` inside it onto a strategy)."""
     return id(v)
 
 
@@ -78,9 +79,11 @@ def _short_name(v) -> str:
 def _optimizer_variables(opt, name_of: Dict[int, str]) -> Dict[str, object]:
     """``{'optimizer/<var name>/<slot>': slot, 'optimizer/iterations': ...}`` of a Keras optimizer.
 
-    A slot list is an attribute holding one variable per trainable variable (Keras'
-    ``_momentums``, ``_velocities``...); its entries are keyed by the name of the
-    variable they belong to, so they follow it whatever the creation order.
+    A slot list is an attribute holding one variable of its reference's shape per
+    trainable variable (Keras' ``_momentums``, ``_velocities``...); its entries are keyed
+    by the name of the variable they belong to, so they follow it whatever the creation
+    order. Other optimizer variables (the step, the learning rate, factored slots of
+    another shape) are keyed by their own short names.
     """
     out: Dict[str, object] = {}
     claimed = set()
