@@ -598,3 +598,51 @@ def test_tflms_keras_port_block_knobs_train_exactly_as_without_lms():
     np.testing.assert_allclose(h1.history["val_loss"], h0.history["val_loss"], rtol=1e-6)
     for a, b in zip(m0.weights, m1.weights):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def _session_port_grads(port, lms, batch=64):
+    store = LayerStore()
+    model = port.Model()
+    x, y = port.synthetic_mnist(batch, seed=3)
+    x, y, keep = tf.constant(x), tf.constant(y), tf.constant(1.0)  # keep_prob 1: no random mask
+
+    def step(x, y, keep):
+        with TowerContext("tower0", is_training=True, layer_store=store):
+            with tf.GradientTape() as tape:
+                cost = model.build_graph(x, y, keep)
+            names = sorted(store.named_variables())
+            return cost, dict(zip(names, tape.gradient(cost, [store.named_variables()[n] for n in names])))
+    keras.utils.set_random_seed(0)
+    step(x[:1], y[:1], keep)
+    store.allow_create = False
+    if lms is not None:
+        lms.apply(store)
+    try:
+        cost, grads = tf.function(step, autograph=False)(x, y, keep)
+    finally:
+        if lms is not None:
+            lms.remove()
+    return cost.numpy(), {k: v.numpy() for k, v in grads.items()}
+
+
+def test_tflms_session_port_gradients_identical_with_block_knobs():
+    port = _load_seed("tflms_mnist_session")
+    cost0, ref = _session_port_grads(port, None)
+    lms = port.make_lms(swapout_threshold=1, swapin_ahead=1, swapin_groupby=1)  # the tutorial's code
+    cost1, got = _session_port_grads(port, lms)
+    assert lms.last_report["applied"] == ["conv1", "conv2", "fc1"], lms.last_report  # dropout excluded
+    assert cost1 == cost0
+    assert set(got) == set(ref) and len(ref) == 8
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-9, err_msg=k)
+
+
+@pytest.mark.slow
+def test_tflms_session_port_trains_and_warns_on_verbatim_knobs(kt_log):
+    port = _load_seed("tflms_mnist_session")
+    keras.utils.set_random_seed(0)
+    trainer, lms = port.main(["--steps", "30", "--batch", "32"])   # the tutorial's 50 / 3 / 2
+    w = kt_log.warnings()
+    assert "selects nothing" in w and "4 block(s) were found (4 selected of 5)" in w, w
+    assert lms.last_report["applied"] == []
+    assert np.isfinite(trainer.last_step_outputs["cost"])

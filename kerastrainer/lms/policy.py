@@ -382,7 +382,8 @@ class LMS(Callback, _KerasCallbackBase):
         if not applied and n:
             t = self.knobs["swapout_threshold"]
             why = (f"swapout_threshold={t} keeps the last {t} blocks on the device, and {n} block(s) were "
-                   f"found" if t >= n else "every block was kept on the device")
+                   f"found ({n} selected of {len(self.found_blocks)})" if t >= n
+                   else "every block was kept on the device")
             logger.warning("LMS selects nothing: %s, so nothing is swapped or recomputed. Here the knobs "
                            "count blocks (lms_block s or Keras sub-layers), not graph levels as in TFLMS: "
                            "use swapout_threshold below %d (0 touches every block) and swapin_ahead / "

@@ -158,7 +158,7 @@ class Model(ModelDesc):
         with tf.name_scope('accuracy'):
             correct_prediction = tf.equal(tf.argmax(y_conv, 1), y_)
             correct_prediction = tf.cast(correct_prediction, tf.float32)
-        tf.identity(tf.reduce_mean(correct_prediction), name='accuracy')
+        tf.identity(tf.reduce_mean(correct_prediction), name='accuracy_value')
         return tf.identity(cross_entropy, name='cost')
 
     def optimizer(self):
@@ -195,7 +195,7 @@ def main(argv=None):
     def report(cb):
         i = cb.trainer.global_step
         if i % 100 == 0 or i == FLAGS.steps:
-            acc = cb.trainer.get_predictor(['x', 'y_', 'keep_prob'], ['accuracy'])(
+            acc = cb.trainer.get_predictor(['x', 'y_', 'keep_prob'], ['accuracy_value'])(
                 batches[0][0], batches[0][1], numpy.float32(1.0))[0]
             print('step %d, training accuracy %g' % (i, acc))
 
@@ -206,7 +206,7 @@ def main(argv=None):
         extra_callbacks=[], monitors=[], steps_per_epoch=FLAGS.steps, max_epoch=1), trainer)
 
     # compute in batches to avoid OOM on GPUs
-    accuracy = trainer.get_predictor(['x', 'y_', 'keep_prob'], ['accuracy'])
+    accuracy = trainer.get_predictor(['x', 'y_', 'keep_prob'], ['accuracy_value'])
     accuracy_l = [accuracy(test_x[i:i + 500], test_y[i:i + 500], numpy.float32(1.0))[0]
                   for i in range(0, len(test_x), 500)]
     print('test accuracy %g' % numpy.mean(accuracy_l))
