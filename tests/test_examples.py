@@ -34,8 +34,8 @@ print('@@RESULT@@' + json.dumps({'code': code, 'heavy': heavy}))
 """
 
 
-def run_script(path, *args, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+def run_script(path, *args, timeout=600, tf_log_level="2"):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=tf_log_level, PYTHONUNBUFFERED="1")
     r = subprocess.run([sys.executable, os.path.join(ROOT, path), *args], capture_output=True, text=True,
                        timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, f"{path} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
@@ -55,10 +55,17 @@ def test_readme_main_job_reaches_95_percent(tmp_path):
 
 def test_digits_short_run(tmp_path):
     logdir = str(tmp_path / "digits")
-    run_script("examples/mnist/digits-convnet.py", "--epochs", "2", "--logdir", logdir)
+    r = run_script("examples/mnist/digits-convnet.py", "--epochs", "2", "--logdir", logdir, tf_log_level="0")
     stats = json.load(open(os.path.join(logdir, "stats.json")))
     assert [s["epoch_num"] for s in stats] == [1, 2]
     assert stats[-1]["validation_error"] < stats[0]["validation_error"] or stats[-1]["validation_error"] < 0.5
+    # the learning rate the epochs trained with (3e-3 until epoch 8)
+    assert [s["learning_rate"] for s in stats] == [pytest.approx(3e-3)] * 2
+    # quiet, useful output: one layer table, speed and time left, and no TensorFlow
+    # C++ warning when the run ends (the input queue used to cancel a pending enqueue)
+    assert r.stdout.count("Layers of the model:") == 1 and "conv0 input" not in r.stdout
+    assert "throughput/samples_per_sec" in r.stdout and "Estimated time left" in r.stdout
+    assert "rendezvous" not in r.stderr and "CANCELLED" not in r.stderr
 
 
 def test_mnist_convnet_fake_and_resume(tmp_path):
