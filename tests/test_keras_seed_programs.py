@@ -197,3 +197,50 @@ def test_tensorpack_mnist_keras_v2(tmp_path):
     assert [s["epoch_num"] for s in stats] == [1, 2] and stats[-1]["global_step"] == 4
     assert "val_categorical_accuracy" in stats[-1] and np.isfinite(stats[-1]["val_loss"])
     assert os.path.isfile(logdir / "checkpoint")  # ModelSaver
+
+
+# --- in this process: the test suite's 4 logical CPU devices are the "GPUs" ---------------------
+def _gpus():
+    from kerastrainer.keras import get_num_gpu
+    return get_num_gpu()
+
+
+def test_keras2436_wrapper_program_equals_serial_and_reloads(tmp_path, monkeypatch):
+    if _gpus() == 1:
+        pytest.skip("multi_gpu_model(gpus=2) needs 2 GPUs on a GPU machine")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(PROGRAMS)
+    import keras2436_model_mgpu as prog
+    keras.utils.set_random_seed(0)
+    wrapped, serial_model, history = prog.main(gpus=2, path=str(tmp_path / "m.keras"))
+    assert wrapped.layers[-2] is serial_model  # Keras 2's layout: input, 2 slices, template, merge
+    assert [type(layer).__name__ for layer in wrapped.layers] == ["InputLayer", "Lambda", "Lambda",
+                                                                  "Sequential", "Concatenate"]
+    keras.utils.set_random_seed(0)
+    reference = prog.make_serial_model()
+    reference.compile(loss="binary_crossentropy", optimizer=keras.optimizers.SGD(0.1))
+    x, y = prog.get_data()
+    ref_hist = reference.fit(x, y, batch_size=93, epochs=2, shuffle=False, verbose=0)
+    np.testing.assert_allclose(history.history["loss"], ref_hist.history["loss"], rtol=1e-5)
+    _assert_same_weights(serial_model, reference)
+    reloaded = keras.models.load_model(str(tmp_path / "m.keras"))
+    np.testing.assert_array_equal(reloaded.predict(x, verbose=0), serial_model.predict(x, verbose=0))
+    fresh = prog.make_serial_model()
+    fresh.load_weights(str(tmp_path / "m.weights.h5"))
+    np.testing.assert_array_equal(fresh.predict(x, verbose=0), serial_model.predict(x, verbose=0))
+
+
+@pytest.mark.slow
+def test_multi_gpu_model_docstring_example(tmp_path, monkeypatch):
+    import runpy
+    if _gpus() in (1, 2):
+        pytest.skip("the example asks for 3 devices")
+    monkeypatch.chdir(tmp_path)
+    keras.utils.set_random_seed(0)
+    g = runpy.run_path(os.path.join(PROGRAMS, "keras2_multi_gpu_model_example.py"), run_name="__main__")
+    model, parallel_model, x = g["model"], g["parallel_model"], g["x"].astype("float32")
+    assert parallel_model.layers[-2] is model and len(parallel_model.gdev_list) == 3
+    assert parallel_model._km.trainer.global_step == 2  # 24 samples: batches of 16 and 8, split 6/5/5, 2/3/3
+    reloaded = keras.models.load_model("my_model.h5")
+    np.testing.assert_array_equal(reloaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    assert np.isfinite(model.predict(x, verbose=0)).all()
