@@ -33,7 +33,7 @@ import cv2
 import numpy as np
 
 from kerastrainer.dataflow import (BatchData, DataFlow, MapData, MultiProcessMapDataZMQ,
-                                   MultiProcessRunnerZMQ, imgaug)
+                                   MultiProcessRunnerZMQ, imgaug, read_image)
 from kerastrainer.dataflow.dataset import ILSVRC12Files
 
 NUM_CLASSES = 1000
@@ -63,9 +63,7 @@ class _DecodeAugment:
             cv2.setNumThreads(1)
             self._pid = os.getpid()
         fname, label = dp
-        img = cv2.imread(fname, cv2.IMREAD_COLOR)
-        if img is None:
-            raise ValueError(f"Cannot decode image '{fname}' (missing, unreadable or not an image).")
+        img = read_image(fname, channel=3)  # BGR; BadImageError naming the file (truncated JPEGs too)
         return [self.augs.augment(img), np.int32(label)]
 
 
