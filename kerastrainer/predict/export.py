@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
+from ..callbacks.fileio import atomic_write_bytes
 from ..utils import logger
 from .base import build_model_for_inference
 from .config import PredictConfig
@@ -106,10 +107,7 @@ class ModelExporter:
         d = os.path.dirname(filename)
         if d:
             os.makedirs(d, exist_ok=True)
-        tmp = filename + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(graph_def.SerializeToString())
-        os.replace(tmp, filename)
+        atomic_write_bytes(filename, graph_def.SerializeToString())
         logger.info("Frozen graph written to %s (inputs %s, outputs %s)", filename,
                     self.config.input_names, self.config.output_names)
         return filename
