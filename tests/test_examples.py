@@ -14,6 +14,7 @@ SCRIPTS = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, 
 COMMON_FLAGS = ["--batch", "--gpus", "--steps-per-epoch", "--epochs", "--logdir", "--fake"]
 NOT_APPLICABLE = {
     "examples/mnist/mnist-multiworker.py": {"--gpus"},   # one process per device: kerastrainer-run -np N
+    "examples/cifar/cifar10_cnn_slurm.py": {"--gpus"},   # one process per device: srun / kerastrainer-run
     "examples/lms/train-under-budget.py": set(COMMON_FLAGS),   # a memory demonstration, not a training recipe
 }
 

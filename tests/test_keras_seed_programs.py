@@ -244,3 +244,17 @@ def test_multi_gpu_model_docstring_example(tmp_path, monkeypatch):
     reloaded = keras.models.load_model("my_model.h5")
     np.testing.assert_array_equal(reloaded.predict(x, verbose=0), model.predict(x, verbose=0))
     assert np.isfinite(model.predict(x, verbose=0)).all()
+
+
+@pytest.mark.slow
+def test_slurm_example_under_a_faked_srun(tmp_path):
+    logdir = tmp_path / "log"
+    cmd = [sys.executable, os.path.join(PROGRAMS, "fake_srun.py"), "-n", "2", sys.executable,
+           os.path.join(os.path.dirname(HERE), "examples", "cifar", "cifar10_cnn_slurm.py"), "--fake",
+           "--epochs", "1", "--steps-per-epoch", "2", "--logdir", str(logdir)]
+    proc = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, out[-6000:]
+    assert "rank 0 of 2 (chief)" in out and "reads its shard of the data (32 samples a step)" in out
+    assert "rank 0 of 2: final loss" in out and (logdir / "final.keras").is_file()
