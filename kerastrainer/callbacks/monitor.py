@@ -186,7 +186,9 @@ class Monitors(Callback):
         opt = getattr(self.trainer, "optimizer", None)
         opt = getattr(opt, "inner_optimizer", opt)  # LossScaleOptimizer
         try:
-            lr = opt.learning_rate  # Keras evaluates a schedule at the current iteration
+            lr = np.asarray(opt.learning_rate)  # Keras evaluates a schedule at the current iteration
+            if lr.dtype == np.float32:
+                lr = float(str(np.float32(lr)))  # the shortest decimal: 0.05, not 0.05000000074505806
             self.put_scalar("learning_rate", lr)
         except (AttributeError, TypeError, ValueError):
             pass  # no optimizer, or a learning rate that is not one number

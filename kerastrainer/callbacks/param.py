@@ -21,6 +21,8 @@ import math
 import operator
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
 from ..utils import logger
 from .base import Callback
 
@@ -205,12 +207,21 @@ class HyperParamSetter(Callback):
             return
         try:
             v = self.get_current_value()
+            if isinstance(v, float) and _as_float32(v) == v:  # read from a float32 variable
+                v = float(str(np.float32(v)))  # its shortest decimal: 0.1, not 0.10000000149
             monitors.put_scalar(self.param.readable_name, v)
         except (TypeError, ValueError, RuntimeError):
             pass  # not a scalar number (e.g. a vector parameter): nothing to plot
 
     def _trigger(self):
         self._set(self._get_value_to_set(), f"after epoch {self.epoch_num}")
+
+
+def _as_float32(v):
+    try:
+        return float(np.float32(v))
+    except (TypeError, ValueError):
+        return None
 
 
 def _fmt(v) -> str:
