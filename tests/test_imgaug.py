@@ -415,6 +415,11 @@ def test_geometry_moves_pixels_and_coordinates_together(aug):
         img, pt = _dot_image()
         out, tfm = aug.augment_return_params(img)
         moved = tfm.apply_coords(pt.copy())[0]
+        h, w = out.shape[:2]
+        if not (-1 <= moved[0] <= w + 1 and -1 <= moved[1] <= h + 1):
+            assert out.max() < 128      # turned out of the picture (a random rotation centre)
+        if not (1 <= moved[0] <= w - 1 and 1 <= moved[1] <= h - 1):
+            continue                    # at or beyond the edge: partly cut off
         y, x = np.unravel_index(np.argmax(out), out.shape[:2])
         # the brightest output pixel holds the dot; its centre is where the coordinates went
         assert abs(x + 0.5 - moved[0]) <= 1.0 and abs(y + 0.5 - moved[1]) <= 1.0, (tfm, moved, (x, y))
