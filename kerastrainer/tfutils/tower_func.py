@@ -50,9 +50,7 @@ class ModelVariables(tf.Module):
                     if own and path.startswith(own + "/"):
                         path = path[len(own) + 1:]
                     extra[f"{attr}/{path}"] = v
-        owned = {id(_inner(v)) for v in extra.values()}
-        # variables of attribute layers that the tower built are reported under the attribute
-        out = {k: v for k, v in self.store.named_variables().items() if id(_inner(v)) not in owned}
+        out = dict(self.store.named_variables())
         out.update(extra)
         return out
 
@@ -98,6 +96,7 @@ class TowerFunction:
         self.summary_names: List[str] = []
         self.histogram_names: List[str] = []
         self._built = False
+        self.created_variables: list = []
 
     def __call__(self, *inputs, name: str = "tower0", is_training: bool = True, index: int = 0,
                  total: int = 1):
@@ -156,17 +155,21 @@ class TowerFunction:
         if cost.shape.rank not in (0, None):
             raise ValueError(f"build_graph must return a scalar cost; it returned shape {cost.shape}. "
                              "Reduce it, e.g. with tf.reduce_mean.")
-        self._adopt_variables(created)
+        self.created_variables = created
         self.summary_names = found["summaries"]
         self.histogram_names = found["histograms"]
         self._built = True
 
-    def _adopt_variables(self, created) -> None:
+    def adopt_variables(self, exclude=()) -> None:
         """Keep variables the tower made outside the store (a Keras model built in build_graph)
         in the store, under their scoped names without the tower prefix
-        (``'sequential/dense/kernel'``), so that they are trained and saved."""
+        (``'sequential/dense/kernel'``), so that they are trained and saved.
+
+        ``exclude``: variables with another owner (Keras layers kept as model attributes).
+        """
         known = {id(_inner(v)) for v in self.layer_store.named_variables().values()}
-        for var in created:
+        known.update(id(_inner(v)) for v in exclude)
+        for var in getattr(self, "created_variables", ()):
             if id(var) in known:
                 continue
             name = var.name.split(":")[0]

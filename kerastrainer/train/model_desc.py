@@ -93,6 +93,13 @@ class ModelDescBase:
                      if not k.startswith("_") and _is_trackable_weight_holder(v)}
             mv = ModelVariables(self.layer_store, extra)
             self.__dict__["_model_variables"] = mv
+        # variables the tower created outside the store and outside these attributes (a Keras
+        # model built inside build_graph) join the store
+        tower = self.__dict__.get("_tower_function")
+        if tower is not None:
+            owned = [v for obj in mv.extra.values()
+                     for v in ([obj] if isinstance(obj, tf.Variable) else getattr(obj, "weights", []))]
+            tower.adopt_variables(owned)
         return mv
 
 
