@@ -164,6 +164,26 @@ def test_message_size_limit_is_configurable_and_checked_by_the_sender():
         RemoteDataZMQ("tcp://127.0.0.1:*", max_message_bytes=10)
 
 
+def test_sender_that_fails_while_connected_never_hangs_on_cleanup(receiver):
+    # closing the monitor socket before disabling the monitor deadlocked about 1 time in 50
+    class Big(DataFlow):
+        def __iter__(self):
+            yield [np.zeros(2 << 10, np.uint8)]
+
+    done = []
+
+    def fail_many_times():
+        for _ in range(200):
+            with pytest.raises(ValueError, match="max_message_bytes"):
+                send_dataflow_zmq(Big(), receiver.addresses[0], num_epochs=1, timeout=5, max_message_bytes=1024)
+        done.append(True)
+
+    t = threading.Thread(target=fail_many_times, daemon=True)
+    t.start()
+    t.join(180)
+    assert done, "send_dataflow_zmq hung while cleaning up"
+
+
 def test_garbage_raises_when_asked():
     ds = RemoteDataZMQ("tcp://127.0.0.1:*", timeout=30, on_malformed="raise")
     ds.reset_state()

@@ -168,8 +168,10 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
                     last_log, last_sent = now, sent
         return sent
     finally:
-        peers.mon.close(linger=0)
+        # stop the events before closing their receiver: libzmq's I/O thread blocks sending an
+        # event to a monitor socket whose peer is gone, and disable_monitor() then waits on it
         sock.disable_monitor()
+        peers.mon.close(linger=0)
         sock.close()
         ctx.term()
 
