@@ -257,3 +257,23 @@ def test_one_batch_epochs_restart_the_data():
     km.compile(keras.optimizers.SGD(0.1), _xent())
     hist = km.fit(batch_size=32, max_epoch=3)
     assert len(hist.history["loss"]) == 3 and km.trainer.global_step == 3
+
+
+def test_fit_generator_takes_a_python_generator():
+    # Keras 2's fit_generator(gen, steps_per_epoch, epochs) with an endless generator of global batches
+    x, y = _data(64 * 3)
+
+    def gen():
+        while True:
+            for i in range(0, len(x), 64):
+                yield x[i:i + 64], y[i:i + 64]
+
+    serial = _model()
+    serial.compile(keras.optimizers.SGD(0.1), _xent())
+    ref = serial.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0)
+    model = _model()
+    pmodel = make_parallel(model, cpus(3))
+    pmodel.compile(keras.optimizers.SGD(0.1), _xent())
+    hist = pmodel.fit_generator(gen(), steps_per_epoch=3, epochs=2)
+    np.testing.assert_allclose(hist.history["loss"], ref.history["loss"], rtol=1e-5)
+    assert pmodel._km.trainer.global_step == 6

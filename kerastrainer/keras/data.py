@@ -5,8 +5,8 @@
 is known (:class:`~kerastrainer.keras.structure.ModelIO`), ``make_input`` turns it
 into an InputSource for the trainer:
 
-- numpy arrays, a ``PyDataset`` or a DataFlow -> a DataFlow of flat batches ->
-  ``QueueInput``;
+- numpy arrays, a ``PyDataset``, a Python generator of ``(x, y)`` batches or a
+  DataFlow -> a DataFlow of flat batches -> ``QueueInput``;
 - a ``tf.data.Dataset`` -> ``TFDatasetInput``.
 
 The batch is **global**: with N replicas each global batch is split into N
@@ -24,6 +24,7 @@ Example::
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Callable, Optional, Tuple
 
@@ -38,7 +39,7 @@ from ..input_source.queue import QueueInput
 from ..utils import logger
 
 __all__ = ["KerasData", "as_keras_data", "ArrayBatches", "SplitBatches", "PyDatasetFlow", "TFDatasetFlow",
-           "SHARE_SPEC"]
+           "GeneratorFlow", "SHARE_SPEC"]
 
 DEFAULT_BATCH_SIZE = 32
 #: the last component of every flat batch: the replica's share of the global batch
@@ -130,6 +131,21 @@ class PyDatasetFlow(DataFlow):
         end = getattr(self.pyds, "on_epoch_end", None)
         if callable(end):
             end()
+
+
+class GeneratorFlow(DataFlow):
+    """The batches of a Python generator or iterator (what Keras 2's ``fit_generator`` took).
+
+    It is read on and never restarted: an endless generator gives every epoch, a finite
+    one only its items. Its length is unknown: give ``steps_per_epoch``.
+    """
+
+    def __init__(self, iterator):
+        self.iterator = iterator
+
+    def __iter__(self):
+        for item in self.iterator:
+            yield tuple(item) if isinstance(item, (list, tuple)) else (item,)
 
 
 class TFDatasetFlow(DataFlow):
@@ -320,6 +336,10 @@ def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool 
         _no_batch_size(batch_size, "a DataFlow")
         flow = _Peeked(data)
         return KerasData("dataflow", flow, flow.peek(), _dataflow_len(data))
+    if inspect.isgenerator(data) or (y is None and hasattr(data, "__next__") and hasattr(data, "__iter__")):
+        _no_batch_size(batch_size, "a generator")
+        flow = _Peeked(GeneratorFlow(data))
+        return KerasData("dataflow", flow, flow.peek(), None)
     if y is None and isinstance(data, tuple) and len(data) == 2:
         data, y = data
     if y is None:
