@@ -4,7 +4,8 @@
 
 ``--devices N`` plays ``CUDA_VISIBLE_DEVICES`` with N GPUs: the CPU is split into N
 logical devices before TensorFlow starts, so ``get_available_gpus()`` lists N
-devices (none for N=1: the program takes its single-device path). ``--seed`` seeds
+devices (none for N=1: the program takes its single-device path); real GPUs are
+hidden, so every machine runs the same path. ``--seed`` seeds
 Python, numpy, TensorFlow and Keras, so that two runs start from the same weights.
 ``--no-dropout`` makes Dropout the identity: a serial run and a data-parallel one
 draw different masks, and the tests compare their numbers. ``--cifar10 FILE.npz``
@@ -28,6 +29,7 @@ def main():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")  # the same path on every machine: N logical CPU "GPUs"
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * args.devices)
     import keras
