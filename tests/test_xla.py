@@ -92,14 +92,64 @@ def test_xla_equals_no_xla_for_each_input_source(source):
 
 
 # --- towers on 2 logical CPU devices ----------------------------------------------------------
+def _bn_model():
+    import keras
+    import tensorflow as tf
+    from kerastrainer.models import BatchNorm, FullyConnected
+    from kerastrainer.train import ModelDesc
+
+    class WithBatchNorm(ModelDesc):
+        def inputs(self):
+            return [tf.TensorSpec((None, 8), tf.float32, "x"), tf.TensorSpec((None,), tf.int32, "y")]
+
+        def build_graph(self, x, y):
+            # BatchNorm's statistics: updates of mirrored variables in the tower
+            h = BatchNorm("bn", FullyConnected("fc1", x, 16, activation=tf.nn.relu))
+            logits = FullyConnected("fc2", h, 3)
+            return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits),
+                                  name="cost")
+
+        def optimizer(self):
+            return keras.optimizers.SGD(0.1, momentum=0.9)
+
+    return WithBatchNorm()
+
+
 @pytest.mark.parametrize("kind", ["replicated", "ps"])
 def test_xla_equals_no_xla_with_two_towers(kind):
     from kerastrainer.train import SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated
 
     cls = SyncMultiGPUTrainerReplicated if kind == "replicated" else SyncMultiGPUTrainerParameterServer
-    plain, xla = _assert_same_training(lambda jit: cls(["/cpu:0", "/cpu:1"], steps_per_call=3, jit_compile=jit),
-                                       region="forward_backward", steps_per_epoch=5)
+    plain, xla = _assert_same_training(lambda jit: cls(2, steps_per_call=3, jit_compile=jit),
+                                       region="forward_backward", steps_per_epoch=5, make_model=_bn_model)
     assert xla.num_replicas == 2
+    # the moving statistics were updated (outside the XLA cluster), as without XLA
+    assert np.abs(xla.named_variables()["bn/mean/EMA"].numpy()).max() > 1e-3
+
+
+def test_auto_falls_back_when_a_tower_updates_a_mirrored_tf_variable(log_records):
+    import tensorflow as tf
+    from _models import MLP
+    from kerastrainer.tfutils.layer_store import get_variable
+    from kerastrainer.train import SyncMultiGPUTrainerReplicated
+
+    class CountsBatches(MLP):
+        def build_graph(self, x, y):
+            seen = get_variable("seen", shape=[], trainable=False)
+            seen.assign_add(tf.cast(tf.shape(x)[0], tf.float32))
+            return super().build_graph(x, y)
+
+    class XlaOnCpu(SyncMultiGPUTrainerReplicated):
+        auto_xla_on_cpu = True
+
+    t = _train(lambda jit: XlaOnCpu(2, steps_per_call=2), None, make_model=lambda: CountsBatches(opt="adam"),
+               steps_per_epoch=4, max_epoch=1)
+    assert t.use_xla is False and t.global_step == 4
+    assert any("an update of a mirrored tf.Variable in the tower" in m
+               for m in _messages(log_records, logging.WARNING))
+    with pytest.raises(ValueError, match="an update of a mirrored tf.Variable in the tower"):
+        _train(lambda jit: SyncMultiGPUTrainerReplicated(2, jit_compile=True), None,
+               make_model=lambda: CountsBatches(opt="adam"), steps_per_epoch=2, max_epoch=1)
 
 
 # --- mixed precision ------------------------------------------------------------------------------
@@ -119,11 +169,12 @@ def test_xla_equals_no_xla_in_mixed_precision(precision):
 
 
 # --- KerasModel -----------------------------------------------------------------------------------
-def test_keras_model_compile_jit_compile_overrides_the_trainer():
+@pytest.mark.parametrize("towers", [1, 2])
+def test_keras_model_compile_jit_compile_overrides_the_trainer(towers):
     import keras
-    from _models import LinearData, weights_of
+    from _models import LinearData
     from kerastrainer.keras import KerasModel
-    from kerastrainer.train import SimpleTrainer
+    from kerastrainer.train import SimpleTrainer, SyncMultiGPUTrainerReplicated
 
     data = LinearData()
     runs = {}
@@ -131,11 +182,14 @@ def test_keras_model_compile_jit_compile_overrides_the_trainer():
         keras.utils.set_random_seed(2)
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
                                   keras.layers.BatchNormalization(), keras.layers.Dense(3)])
-        km = KerasModel(model, input=(data.x, data.y), trainer=SimpleTrainer(steps_per_call=4))
+        trainer = SimpleTrainer(steps_per_call=4) if towers == 1 else \
+            SyncMultiGPUTrainerReplicated(2, steps_per_call=4)
+        km = KerasModel(model, input=(data.x, data.y), trainer=trainer)
         km.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                    metrics=["accuracy"], jit_compile=jit)
         km.fit(batch_size=32, max_epoch=2, shuffle=False, extra_callbacks=[], monitors=[])
         assert km.trainer.use_xla is jit
+        assert km.trainer.xla_region == (None if not jit else "step" if towers == 1 else "forward_backward")
         assert km.trainer._train_fn.experimental_get_tracing_count() == 1
         runs[jit] = [np.array(v) for v in model.get_weights()]
     for a, b in zip(runs[False], runs[True]):

@@ -11,6 +11,7 @@ may post-process gradients (:meth:`Trainer._reduce_gradients`).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
@@ -43,6 +44,20 @@ def _replica_index() -> int:
 
 def _device_type(device: str) -> str:
     return (tf.DeviceSpec.from_string(device).device_type or "CPU").upper()
+
+
+class _DeferredUpdates(keras.StatelessScope):
+    """Keras-variable updates made in the scope are recorded, not applied: ``updates`` maps
+    ``id(variable)`` to ``(variable, new value)``; reads in the scope see the new values."""
+
+    def __init__(self):
+        super().__init__()
+        self.updates: Dict[int, tuple] = {}
+
+    def add_update(self, update):
+        variable, value = update
+        self.updates[id(variable)] = (variable, value)
+        super().add_update(update)
 
 
 _xla_kernels_registered = False
@@ -238,10 +253,19 @@ class Trainer:
         histogram_names = list(tower.histogram_names)
         loss_scale = isinstance(opt, keras.optimizers.LossScaleOptimizer)
         scale = 1.0 / num_replicas if self.average else 1.0
+        # XLA region: never the input's dequeue (queue and iterator ops have no XLA kernel);
+        # the update too where it has no all-reduce (see _xla_region)
+        self.xla_region = self._xla_region() if self.use_xla else None
+        # A strategy synchronises an update of a mirrored variable (BatchNorm statistics) with
+        # a merge_call, which cannot run inside a nested function: with XLA on the tower only,
+        # its Keras-variable updates are collected in the cluster and applied after it.
+        defer = self.xla_region == "forward_backward"
+        deferred: Dict[int, list] = {}  # replica -> the Keras variables its tower updates
 
         def forward_backward(*inputs):
             rid = _replica_index()
-            with tf.GradientTape() as tape:
+            updates = _DeferredUpdates() if defer else contextlib.nullcontext()
+            with tf.GradientTape() as tape, updates:
                 cost, ctx = tower(*inputs, name=f"tower{rid}", is_training=True, index=rid, total=num_replicas)
                 cost32 = tf.cast(cost, tf.float32)
                 loss = cost32 * scale
@@ -254,7 +278,11 @@ class Trainer:
                 outs[n] = tf.cast(ctx.moving_summaries[n], tf.float32) if n in ctx.moving_summaries \
                     else tf.constant(0.0)
             hists = {n: ctx.tensor_summaries.get(n, tf.zeros([0])) for n in histogram_names}
-            return grads, outs, hists
+            new_values = []
+            if defer:
+                deferred[rid] = [v for v, _ in updates.updates.values()]
+                new_values = [value for _, value in updates.updates.values()]
+            return grads, outs, hists, new_values
 
         def update(grads):
             pairs = [(g, v) for g, v in zip(self._reduce_gradients(list(grads)), variables) if g is not None]
@@ -263,13 +291,12 @@ class Trainer:
             opt.apply_gradients(pairs)
 
         def whole_step(*inputs):
-            grads, outs, hists = forward_backward(*inputs)
+            grads, outs, hists, new_values = forward_backward(*inputs)
+            for v, value in zip(deferred.get(_replica_index(), []), new_values):
+                v.assign(value)
             update(grads)
             return outs, hists
 
-        # XLA region: never the input's dequeue (queue and iterator ops have no XLA kernel);
-        # the update too where it has no all-reduce (see _xla_region)
-        self.xla_region = self._xla_region() if self.use_xla else None
         if self.xla_region == "step":
             whole_step = tf.function(whole_step, jit_compile=True)
         elif self.xla_region == "forward_backward":
@@ -334,7 +361,17 @@ class Trainer:
             return self._train_fn(self._steps_tensor(k), *feeds)
         # the first call: trace, check that XLA can compile the step, compile, run
         t0 = time.perf_counter()
-        concrete = self._train_fn.get_concrete_function(self._steps_tensor(k), *feeds)
+        try:
+            concrete = self._train_fn.get_concrete_function(self._steps_tensor(k), *feeds)
+        except RuntimeError as e:
+            # a tower that updates a mirrored tf.Variable itself (not a Keras variable, whose
+            # updates are moved out of the XLA cluster): the strategy's merge_call cannot be in it
+            if not (self.use_xla and "merge_call" in str(e)):
+                raise
+            self._xla_cannot_compile(["an update of a mirrored tf.Variable in the tower"],
+                                     "the strategy synchronises it with a merge_call, which cannot be inside XLA")
+            t0 = time.perf_counter()
+            concrete = self._train_fn.get_concrete_function(self._steps_tensor(k), *feeds)
         traced = time.perf_counter() - t0
         if self.use_xla:
             bad = xla_unsupported_ops(concrete, _device_type(self._replica_devices()[0]))
