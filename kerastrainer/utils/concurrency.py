@@ -116,7 +116,8 @@ def stop_processes(procs: Iterable, timeout: float = 1.0) -> None:
         if p.exitcode is None:
             try:
                 p.terminate()
-            except (OSError, AttributeError):
+                os.kill(p.pid, signal.SIGCONT)  # a stopped (SIGSTOP) worker acts on SIGTERM only once resumed
+            except (OSError, AttributeError, TypeError):
                 pass
     deadline = time.monotonic() + timeout
     for p in procs:

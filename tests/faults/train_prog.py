@@ -18,6 +18,7 @@ p.add_argument("--steps", type=int, default=20)
 p.add_argument("--workers", type=int, default=0, help="MultiProcessRunnerZMQ workers (0: in-process)")
 p.add_argument("--delay", type=float, default=0.0, help="seconds per datapoint in the DataFlow")
 p.add_argument("--stall-report", type=float, default=30.0)
+p.add_argument("--wait-file", default=None, help="at step 3, wait (up to 120 s) until this file exists")
 args = p.parse_args()
 
 from kerastrainer import (AutoResumeTrainConfig, Callback, ModelSaver, MultiProcessRunnerZMQ,  # noqa: E402
@@ -42,6 +43,10 @@ class Data(DataFlow):
 class PrintSteps(Callback):
     def _trigger_step(self):
         print("STEP", self.trainer.global_step, flush=True)
+        if args.wait_file and self.trainer.global_step == 3:
+            end = time.time() + 120
+            while not os.path.exists(args.wait_file) and time.time() < end:
+                time.sleep(0.1)
 
 
 print("PID", os.getpid(), flush=True)
