@@ -1,13 +1,25 @@
-"""Large model support: peak memory and step time of a deep convnet, with and without LMS.
+"""Large model support: peak memory, step time and the largest trainable batch, with and without LMS.
 
-Each (policy, repeat) runs in its own process (a fresh allocator, so the peak is
-that run's): the systems are interleaved, repeated 3 times, and the medians are
-printed as ratios to no LMS. On CPU the peak comes from TF's BFC allocator
-(``TF_CPU_ALLOCATOR_USE_BFC=true``); on a GPU from the GPU allocator, and with
-``--max-batch`` the largest batch that trains is searched with and without LMS.
+Every measurement runs in its own process (a fresh allocator, so the peak is that run's,
+and an out-of-memory error cannot poison the next probe).
 
-    python bench/lms.py                      # CPU: batch 16, 64x64 images
-    python bench/lms.py --max-batch          # GPU: also the largest trainable batch
+Default (compare): the systems are interleaved, repeated ``--repeats`` times, and the
+medians are printed as ratios to no LMS. On CPU the peak comes from TF's BFC allocator
+(``TF_CPU_ALLOCATOR_USE_BFC=true``); on a GPU from the GPU allocator.
+
+``--search``: the largest batch that trains under a memory cap, for each policy, found by
+doubling then bisecting; then the step time of LMS at no-LMS's largest batch (its cost) and
+the images/s at each policy's own largest batch. The cap is, with ``--gpu``,
+``tf.config.set_logical_device_configuration(gpu, [LogicalDeviceConfiguration(memory_limit=MB)])``
+on GPU 0, and on CPU ``TF_CPU_BFC_MEM_LIMIT_IN_MB``.
+
+Models: ``convnet`` (residual conv blocks, ``--blocks``, ``--size``) or ``resnet50`` (the model
+zoo's ResNet-50 v1.5, one LMS block per bottleneck block: 16 blocks).
+
+    python bench/lms.py                                        # CPU: convnet, batch 16, 64x64
+    python bench/lms.py --gpu --search --model resnet50 --size 224 --memory-limit-mb 8192 \\
+        --policies none,offload,recompute,offload+recompute   # issue 15, item 5
+    python bench/lms.py --search --memory-limit-mb 300 --steps 2   # the same search on CPU
 """
 import argparse
 import json
@@ -20,30 +32,53 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICIES = ["none", "recompute", "offload", "offload+recompute"]
 
 
-def worker(policy, batch, size, blocks, steps):
+def worker(args):
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import time
     import tensorflow as tf
+    if args.gpu:
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:
+            print("RESULT", json.dumps({"ok": False, "error": "--gpu: no GPU visible"}))
+            return
+        if args.memory_limit_mb:
+            tf.config.set_logical_device_configuration(
+                gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=args.memory_limit_mb)])
     from kerastrainer.lms import LMS, lms_block
     from kerastrainer.models import BatchNorm, Conv2D, FullyConnected, GlobalAvgPooling
     from kerastrainer.tfutils import LayerStore
     from kerastrainer.tfutils.tower import TowerContext
-    gpu = bool(tf.config.list_logical_devices("GPU"))
-    dev = "GPU:0" if gpu else "CPU:0"
+    dev = "GPU:0" if args.gpu else "CPU:0"
+    policy, batch = args.worker, args.batch
 
     def res(x):
         y = Conv2D("c1", x, 64, 3, activation=tf.nn.relu)
         y = BatchNorm("bn", Conv2D("c2", y, 64, 3))
         return tf.nn.relu(x + y)
 
+    def convnet(image):
+        x = Conv2D("conv0", image, 64, 3, activation=tf.nn.relu)
+        for i in range(args.blocks):
+            x = lms_block(f"res{i}", res)(x)
+        return FullyConnected("fc", GlobalAvgPooling("gap", x), 10)
+
+    def resnet50(image):
+        from kerastrainer.models.resnet import resnet_backbone, resnet_bottleneck
+
+        def group(name, x, block_func, channels, count, stride):
+            with tf.name_scope(name):
+                for i in range(count):  # each bottleneck block is one LMS block
+                    x = lms_block(f"block{i}", block_func)(x, channels, stride if i == 0 else 1)
+            return x
+        return resnet_backbone(image, [3, 4, 6, 3], group, resnet_bottleneck, num_classes=1000)
+
+    net = resnet50 if args.model == "resnet50" else convnet
+
     def step(store, image, label):
         with TowerContext("tower0", is_training=True, layer_store=store):
             with tf.GradientTape() as tape:
-                x = Conv2D("conv0", image, 64, 3, activation=tf.nn.relu)
-                for i in range(blocks):
-                    x = lms_block(f"res{i}", res)(x)
-                logits = FullyConnected("fc", GlobalAvgPooling("gap", x), 10)
+                logits = net(image)
                 cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits))
             variables = store.trainable_variables_list
             grads = tape.gradient(cost, variables)
@@ -51,63 +86,99 @@ def worker(policy, batch, size, blocks, steps):
                 v.assign_sub(1e-3 * g)
             return cost
 
-    store = LayerStore()
-    image = tf.random.normal([batch, size, size, 3])
-    label = tf.zeros([batch], tf.int32)
-    step(store, image[:1], label[:1])
-    store.allow_create = False
-    if policy != "none":
-        LMS(policy, host_device="/cpu:0", swapout_threshold=1).apply(store)
-    f = tf.function(step, autograph=False)
     try:
-        f(store, image, label).numpy()
-        tf.config.experimental.reset_memory_stats(dev)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            c = f(store, image, label)
-        c.numpy()
-        dt = (time.perf_counter() - t0) / steps
+        with tf.device(dev):
+            store = LayerStore()
+            image = tf.random.normal([batch, args.size, args.size, 3])
+            label = tf.zeros([batch], tf.int32)
+            step(store, image[:1], label[:1])
+            store.allow_create = False
+            if policy != "none":
+                LMS(policy, host_device="/cpu:0", swapout_threshold=1).apply(store)
+            f = tf.function(step, autograph=False)
+            f(store, image, label).numpy()
+            tf.config.experimental.reset_memory_stats(dev)
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                c = f(store, image, label)
+            c.numpy()
+            dt = (time.perf_counter() - t0) / args.steps
         peak = tf.config.experimental.get_memory_info(dev)["peak"]
         print("RESULT", json.dumps({"ok": True, "peak": peak, "step": dt}))
-    except tf.errors.ResourceExhaustedError:
-        print("RESULT", json.dumps({"ok": False}))
+    except (tf.errors.ResourceExhaustedError, tf.errors.InternalError) as e:
+        # an allocation over the cap: ResourceExhausted (or, from some GPU kernels, Internal)
+        print("RESULT", json.dumps({"ok": False, "error": type(e).__name__}))
 
 
 def run(policy, args, batch=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", policy, "--batch", str(batch or args.batch),
-           "--size", str(args.size), "--blocks", str(args.blocks), "--steps", str(args.steps)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
-                         env=dict(os.environ, PYTHONPATH=ROOT))
+           "--size", str(args.size), "--blocks", str(args.blocks), "--steps", str(args.steps),
+           "--model", args.model, "--memory-limit-mb", str(args.memory_limit_mb or 0)] + \
+        (["--gpu"] if args.gpu else [])
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    if not args.gpu and args.memory_limit_mb:
+        env.update(TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPU_BFC_MEM_LIMIT_IN_MB=str(args.memory_limit_mb))
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT, env=env)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"timeout {args.timeout}s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
     if not lines:
-        return {"ok": False, "error": out.stderr[-500:]}
+        text = out.stderr + out.stdout
+        oom = "ResourceExhausted" in text or "OOM" in text or "out of memory" in text.lower()
+        return {"ok": False, "error": "out of memory" if oom else text[-500:]}
     return json.loads(lines[-1].split(None, 1)[1])
 
 
-def max_batch(policy, args, start=8, limit=1 << 14):
-    ok, b = 0, start
-    while b <= limit and run(policy, args, b).get("ok"):
-        ok, b = b, b * 2
-    return ok
+def largest_batch(policy, args):
+    """Double from ``--batch`` while it trains, then bisect to 1/16 of the last good batch."""
+    probes = {}
+
+    def ok(b):
+        if b not in probes:
+            probes[b] = run(policy, args, b)
+            print(f"  {policy:18s} batch {b:6d}: {'ok' if probes[b].get('ok') else probes[b].get('error')}",
+                  flush=True)
+        return probes[b].get("ok", False)
+
+    lo, hi = 0, args.batch
+    while hi <= args.max_search_batch and ok(hi):
+        lo, hi = hi, hi * 2
+    if lo == 0:
+        return 0, probes
+    if hi > args.max_search_batch:
+        return lo, probes  # the search limit, not the memory, stopped it
+    while hi - lo > max(1, lo // 16):
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo, probes
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--worker")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--size", type=int, default=64)
-    p.add_argument("--blocks", type=int, default=8)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--policies", default=",".join(POLICIES))
-    p.add_argument("--max-batch", action="store_true")
-    args = p.parse_args()
-    if args.worker:
-        return worker(args.worker, args.batch, args.size, args.blocks, args.steps)
-    print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    policies = args.policies.split(",")
+def search(args, policies):
+    cap = f"{args.memory_limit_mb} MiB" if args.memory_limit_mb else "no cap"
+    where = "GPU 0 (logical device memory_limit)" if args.gpu else "CPU (TF_CPU_BFC_MEM_LIMIT_IN_MB)"
+    print(f"largest trainable batch: {args.model}, {args.size}x{args.size}, {where}, {cap}")
+    best = {}
+    for pol in policies:
+        best[pol] = largest_batch(pol, args)[0]
+    base = best.get("none", 0)
+    print(f"\n{'policy':20s} {'max batch':>10s} {'x none':>8s} {'step s @none max':>17s} {'cost':>6s} "
+          f"{'img/s @own max':>15s}")
+    ref = run("none", args, base) if base else {}
+    for pol in policies:
+        same = ref if pol == "none" else (run(pol, args, base) if base else {})
+        own = ref if pol == "none" else (run(pol, args, best[pol]) if best[pol] else {})
+        ratio = best[pol] / base if base else float("nan")
+        cost = same["step"] / ref["step"] if same.get("ok") and ref.get("ok") else float("nan")
+        step = f"{same['step']:.3f}" if same.get("ok") else "-"
+        ips = f"{best[pol] / own['step']:.1f}" if own.get("ok") else "-"
+        print(f"{pol:20s} {best[pol]:10d} {ratio:8.2f} {step:>17s} {cost:6.2f} {ips:>15s}")
+    print("\n'cost': step time with the policy / without LMS, both at no-LMS's largest batch.")
+
+
+def compare(args, policies):
     res = {k: [] for k in policies}
-    for r in range(args.repeats):  # interleaved
+    for _ in range(args.repeats):  # interleaved
         for pol in policies:
             res[pol].append(run(pol, args))
     med = {}
@@ -116,19 +187,49 @@ def main():
         med[pol] = (statistics.median(r["peak"] for r in good), statistics.median(r["step"] for r in good)) \
             if good else None
     base = med.get("none")
-    print(f"deep convnet: {args.blocks} residual blocks, batch {args.batch}, {args.size}x{args.size}, "
-          f"{args.repeats} repeats, medians")
+    print(f"{args.model}: batch {args.batch}, {args.size}x{args.size}"
+          f"{f', {args.blocks} residual blocks' if args.model == 'convnet' else ''}, "
+          f"{'GPU' if args.gpu else 'CPU'}, {args.repeats} repeats, medians")
     print(f"{'policy':20s} {'peak MiB':>10s} {'peak ratio':>11s} {'step s':>9s} {'step ratio':>11s}")
     for pol, m in med.items():
         if m is None:
-            print(f"{pol:20s} failed")
+            print(f"{pol:20s} failed: {res[pol][-1].get('error')}")
             continue
         pr = m[0] / base[0] if base else float("nan")
         sr = m[1] / base[1] if base else float("nan")
         print(f"{pol:20s} {m[0] / 2**20:10.1f} {pr:11.2f} {m[1]:9.3f} {sr:11.2f}")
-    if args.max_batch:
-        for pol in ("none", "recompute"):
-            print(f"largest batch that trains, {pol}: {max_batch(pol, args)}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--model", choices=["convnet", "resnet50"], default="convnet")
+    p.add_argument("--gpu", action="store_true", help="run on GPU 0 (capped with --memory-limit-mb)")
+    p.add_argument("--memory-limit-mb", type=int, default=0, help="memory cap for --search (0: none)")
+    p.add_argument("--search", "--max-batch", dest="search", action="store_true",
+                   help="find the largest batch that trains, per policy")
+    p.add_argument("--max-search-batch", type=int, default=4096)
+    p.add_argument("--batch", type=int, default=16, help="the batch (compare) or the first probe (search)")
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--blocks", type=int, default=8)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--timeout", type=int, default=900, help="seconds per probe process")
+    p.add_argument("--policies", default=None, help=f"comma-separated, of {POLICIES}")
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+    policies = (args.policies or (",".join(POLICIES) if args.gpu else "none,recompute")).split(",")
+    bad = [x for x in policies if x not in POLICIES]
+    if bad:
+        p.error(f"unknown policies {bad}; use {POLICIES}")
+    if not args.gpu and any("offload" in x for x in policies):
+        print("note: on CPU the host is the compute device: offload moves nothing (LMS warns).")
+    print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    if args.search:
+        search(args, policies)
+    else:
+        compare(args, policies)
 
 
 if __name__ == "__main__":
