@@ -168,7 +168,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="kerastrainer-plot",
         description="Plot the per-epoch scalars of stats.json (one panel per statistic, runs overlaid).")
-    p.add_argument("logdirs", nargs="+", metavar="LOGDIR", help="log directories of training runs (or stats.json files)")
+    p.add_argument("logdirs", nargs="+", metavar="LOGDIR",
+                   help="log directories of training runs (or stats.json files)")
     p.add_argument("-o", "--output", default="curves.png", help="image to write (.png, .pdf, .svg); default curves.png")
     p.add_argument("--stats", nargs="+", metavar="REGEX", help="plot only these statistics (regular expressions)")
     p.add_argument("--labels", nargs="+", help="legend labels, one per LOGDIR")

@@ -23,7 +23,8 @@ def parse_args(argv=None):
     parser.add_argument("--steps-per-epoch", "--steps", dest="steps_per_epoch", type=int,
                         help="default: one pass over the data (20 with --fake)")
     parser.add_argument("--load", help="a checkpoint to start from")
-    parser.add_argument("--logdir", help="default: train_log/cifar10-resnet (train_log/cifar10-resnet-fake with --fake)")
+    parser.add_argument("--logdir",
+                        help="default: train_log/cifar10-resnet (train_log/cifar10-resnet-fake with --fake)")
     args = parser.parse_args(argv)
     if args.epochs is None:
         args.epochs = 2 if args.fake else 400

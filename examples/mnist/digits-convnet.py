@@ -19,7 +19,8 @@ def parse_args(argv=None):
     parser.add_argument("--gpus", type=int, default=1, help="number of towers (GPUs, or logical CPU devices)")
     parser.add_argument("--epochs", type=int, help="the last epoch (default 12; 2 with --fake)")
     parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over the training set")
-    parser.add_argument("--logdir", help="default: train_log/digits-convnet (train_log/digits-convnet-fake with --fake)")
+    parser.add_argument("--logdir",
+                        help="default: train_log/digits-convnet (train_log/digits-convnet-fake with --fake)")
     parser.add_argument("--fake", action="store_true", help="random images instead of the digits: a smoke test")
     args = parser.parse_args(argv)
     if args.epochs is None:
