@@ -29,10 +29,16 @@ from .tensors import get_op_tensor_name, get_tf_version_tuple
 tfv1 = tf.compat.v1
 
 
+def get_model_loader(filename: str):
+    """tensorpack's deprecated name of :func:`~kerastrainer.tfutils.SmartInit` (same result)."""
+    from ..tfutils.sessinit import SmartInit
+    return SmartInit(filename)
+
+
 def is_tfv2() -> bool:
     """Always True: kerastrainer runs on TensorFlow 2 (tensorpack's ``compat.is_tfv2``)."""
     return True
 
 
-__all__ = ["tfv1", "is_tfv2", "get_global_step_var", "get_global_step_value", "get_op_tensor_name",
+__all__ = ["tfv1", "is_tfv2", "get_model_loader", "get_global_step_var", "get_global_step_value", "get_op_tensor_name",
            "get_tf_version_tuple"]

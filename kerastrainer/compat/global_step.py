@@ -21,21 +21,19 @@ from typing import Optional
 
 import tensorflow as tf
 
-from ..tfutils.layer_store import LayerStore, get_default_layer_store
-from ..tfutils.tower import get_current_tower_context
 from ..utils import logger
 
 __all__ = ["get_global_step_var", "get_global_step_value", "global_step_of", "active_store",
            "set_current_global_step"]
 
-_steps: "weakref.WeakKeyDictionary[LayerStore, tf.Variable]" = weakref.WeakKeyDictionary()
+_steps: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # LayerStore -> tf.Variable
 _lock = threading.Lock()
 _local = threading.local()
 _current: Optional[tf.Variable] = None  # the step of the trainer set up last (for callbacks)
 _logged = False
 
 
-def global_step_of(store: LayerStore) -> tf.Variable:
+def global_step_of(store) -> tf.Variable:
     """The step variable of ``store``, created (eagerly, in the current strategy scope) once."""
     with _lock:
         var = _steps.get(store)
@@ -54,7 +52,7 @@ def set_current_global_step(var: tf.Variable) -> None:
 
 
 @contextmanager
-def active_store(store: LayerStore):
+def active_store(store):
     """Make ``store`` the one ``get_global_step_var()`` uses outside a tower (in ``optimizer()``)."""
     prev = getattr(_local, "store", None)
     _local.store = store
@@ -70,6 +68,9 @@ def get_global_step_var() -> tf.Variable:
     In a tower function and in ``optimizer()`` it is the model's step, which the trainer
     increments in-graph after each step; in a callback it is the running trainer's.
     """
+    # imported here: tfutils imports this module (tfutils.common mirrors tensorpack's path)
+    from ..tfutils.layer_store import get_default_layer_store
+    from ..tfutils.tower import get_current_tower_context
     global _logged
     ctx = get_current_tower_context()
     store = ctx.layer_store if ctx is not None else getattr(_local, "store", None)
