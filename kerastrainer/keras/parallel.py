@@ -51,7 +51,12 @@ _MULTIWORKER_HINT = ("A Keras model spread over several processes trains with "
 
 
 class GPUListType:
-    """What :func:`get_available_gpus` lists (keras_experiments' names)."""
+    """What :func:`get_available_gpus` lists (keras_experiments' names).
+
+    Example::
+
+        get_available_gpus(2, list_type=GPUListType.int_id)    # [0, 1]
+    """
     name_str = "name_str"   # '/gpu:0'
     int_id = "int_id"       # 0
     dspec = "dspec"         # tf.DeviceSpec
