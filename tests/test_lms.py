@@ -542,10 +542,10 @@ _FIT_PEAK = textwrap.dedent("""
     from kerastrainer.lms import LMSKerasCallback
     keras.utils.set_random_seed(0)
     # deep and narrow: the activations kept for the backward pass dominate the weights
-    model = keras.Sequential([keras.Input((256,))] + [keras.layers.Dense(256, activation="tanh")
-                                                     for _ in range(12)] + [keras.layers.Dense(10)])
+    model = keras.Sequential([keras.Input((128,))] + [keras.layers.Dense(128, activation="tanh")
+                                                     for _ in range(24)] + [keras.layers.Dense(10)])
     model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    x = np.random.RandomState(0).rand(8192, 256).astype("float32"); y = np.arange(8192) % 10
+    x = np.random.RandomState(0).rand(16384, 128).astype("float32"); y = np.arange(16384) % 10
 
     class Peak(keras.callbacks.Callback):
         def on_train_batch_begin(self, b, logs=None):
@@ -556,7 +556,7 @@ _FIT_PEAK = textwrap.dedent("""
     p = Peak()
     cbs = [p] + ([LMSKerasCallback(swapout_threshold=1, swapin_ahead=1, swapin_groupby=1)]
                  if sys.argv[1] == "lms" else [])
-    h = model.fit(x, y, batch_size=4096, epochs=1, verbose=0, shuffle=False, callbacks=cbs)
+    h = model.fit(x, y, batch_size=8192, epochs=1, verbose=0, shuffle=False, callbacks=cbs)
     print("RESULT", json.dumps({"peak": p.peak, "loss": h.history["loss"][0]}))
 """)
 
@@ -572,11 +572,11 @@ def _fit_peak(mode):
 
 @pytest.mark.slow
 def test_keras_callback_lowers_peak_memory_with_identical_loss():
-    # 13 kept activations of 4 MiB without LMS (~80 MiB peak with the input pipeline); with it,
-    # the first inputs of the segments and one segment's outputs (~55-63 MiB measured)
+    # 25 kept activations of 4 MiB without LMS (187-195 MiB peak measured); with it, the first
+    # inputs of the segments and one segment's outputs (82 MiB measured)
     base, lms = _fit_peak("none"), _fit_peak("lms")
     assert lms["loss"] == base["loss"]
-    assert lms["peak"] < 0.85 * base["peak"], (lms, base)
+    assert lms["peak"] < 0.7 * base["peak"], (lms, base)
 
 
 # --- the ported TFLMS programs (tests/seed_programs/tflms_*) ---------------------------------------
