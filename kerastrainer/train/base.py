@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..callbacks.base import Callback, StopTraining
+from ..compat.global_step import global_step_of, set_current_global_step
 from ..input_source.base import InputSource, InputSourceError
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
@@ -214,6 +215,11 @@ class Trainer:
             keras.mixed_precision.set_global_policy(self.precision)
         try:
             with self.strategy.scope():
+                # the model's step, made before the tower is built: get_global_step_var() in
+                # build_graph and optimizer() is this variable, incremented in-graph every step
+                self.global_step_var = global_step_of(model.layer_store)
+                self.global_step_var.assign(0)  # a new trainer starts at 0 unless a checkpoint says otherwise
+                set_current_global_step(self.global_step_var)
                 self.tower_func = model.get_tower_function()
                 self.tower_func.build(total=self.num_replicas)
                 self.model_variables = model.get_model_variables()
@@ -230,7 +236,6 @@ class Trainer:
                     opt = keras.optimizers.LossScaleOptimizer(opt)
                 opt.build(self.trainable_variables)
                 self.optimizer = opt
-                self.global_step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
                 self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         finally:
             keras.mixed_precision.set_global_policy(previous_policy)
@@ -308,6 +313,8 @@ class Trainer:
 
         mean, total = tf.distribute.ReduceOp.MEAN, tf.distribute.ReduceOp.SUM
 
+        global_step = self.global_step_var
+
         def train_calls(k, *feeds):
             acc = {n: tf.constant(0.0) for n in ["cost"] + summary_names}
             first_bad = tf.constant(-1, tf.int64)
@@ -317,6 +324,7 @@ class Trainer:
                     for n in histogram_names}
             for i in tf.range(k):
                 per_replica, per_replica_hist = strategy.run(replica_step, args=feeds)
+                global_step.assign_add(1)
                 step = {n: strategy.reduce(mean if n == "cost" else total, per_replica[n], axis=None)
                         for n in acc}
                 acc = {n: acc[n] + step[n] for n in acc}
@@ -438,6 +446,9 @@ class Trainer:
         if name in ("learning_rate", "lr"):
             opt = getattr(self.optimizer, "inner_optimizer", self.optimizer)
             lr = opt.learning_rate
+            named = self.named_variables()
+            if not hasattr(lr, "assign") and name in named:
+                return named[name]  # a learning-rate variable of the model (tfv1.get_variable idiom)
             if not hasattr(lr, "assign"):
                 raise TypeError("The optimizer's learning_rate is a schedule, not a variable; "
                                 "give it a float to let callbacks set it.")
@@ -650,6 +661,24 @@ class Trainer:
             self.input.close()
             raise
         self.main_loop(steps_per_epoch, starting_epoch, max_epoch)
+
+    def train_with_defaults(self, callbacks: Optional[Sequence[Callback]] = None,
+                            monitors: Optional[Sequence[Callback]] = None, session_creator=None,
+                            session_init: Optional[SessionInit] = None, steps_per_epoch: Optional[int] = None,
+                            starting_epoch: int = 1, max_epoch: int = 9999,
+                            extra_callbacks: Optional[Sequence[Callback]] = None) -> None:
+        """tensorpack's ``train_with_defaults``: :meth:`train` with the default extra callbacks and
+        monitors where not given (call :meth:`setup_graph` first). ``steps_per_epoch`` defaults to
+        the input's size; ``session_creator`` has no TF2 meaning and is warned about."""
+        from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS
+        if session_creator is not None:
+            logger.warning("train_with_defaults(session_creator=...) has no meaning in TF2 (no sessions); "
+                           "it is ignored.")
+        if steps_per_epoch is None:
+            steps_per_epoch = self.input.size() // max(1, getattr(self, "num_local_replicas", self.num_replicas))
+        cbs = list(callbacks or []) + list(DEFAULT_CALLBACKS() if extra_callbacks is None else extra_callbacks)
+        mons = DEFAULT_MONITORS() if monitors is None else list(monitors)
+        self.train(cbs, mons, session_init, steps_per_epoch, starting_epoch, max_epoch)
 
     @property
     def epochs_done(self) -> float:

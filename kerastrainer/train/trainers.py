@@ -144,3 +144,6 @@ class SyncMultiGPUTrainerParameterServer(_MirroredTrainer):
 def SyncMultiGPUTrainer(gpus, average: bool = True, **kwargs):  # noqa: N802 (tensorpack's name)
     """tensorpack's shortcut: the replicated trainer."""
     return SyncMultiGPUTrainerReplicated(gpus, average=average, **kwargs)
+
+
+from .noop import NoOpTrainer  # noqa: E402  (tensorpack's path: tensorpack.train.trainers.NoOpTrainer)
