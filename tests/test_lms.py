@@ -475,6 +475,10 @@ def test_lms_is_a_keras_fit_callback_with_identical_training(kt_log):
     # after fit the layers are plain again and fit traces anew
     assert all(getattr(l, "_lms_original_call", None) is None for l in model.layers)
     model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    # with validation (evaluate inside fit) and evaluate alone
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0, validation_data=(x, y), callbacks=[lms])
+    model.evaluate(x, y, verbose=0, callbacks=[lms])
+    assert all(getattr(l, "_lms_original_call", None) is None for l in model.layers)
 
 
 def test_keras_offload_to_another_device_and_type_filters():
@@ -652,3 +656,11 @@ def test_tflms_session_port_trains_and_warns_on_verbatim_knobs(kt_log):
     assert "selects nothing" in w and "4 block(s) were found (4 selected of 5)" in w, w
     assert lms.last_report["applied"] == []
     assert np.isfinite(trainer.last_step_outputs["cost"])
+
+
+def test_auto_on_model_desc_estimates_at_the_trainers_batch(kt_log):
+    # no batch_size: the input signature's batch is None; the trainer's first batch (8) is used
+    lms = LMS(memory_budget=20 << 10, host_device="/cpu:3")
+    costs, _ = _train(1, lms)
+    assert "profiled at batch size 8" in kt_log.text(), kt_log.text()
+    assert lms.plan is not None and lms.plan.modes and np.isfinite(costs).all()

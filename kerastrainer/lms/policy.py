@@ -214,6 +214,7 @@ class LMS(Callback, _KerasCallbackBase):
         self._reported = False
         self._checked = False
         self._warned_fallback = False
+        self._in_fit = False                     # between Keras's on_train_begin and on_train_end
         self.found_blocks: Dict[str, None] = {}  # every block key traced, in forward order
         self.seen_blocks: Dict[str, str] = {}   # key -> mode used at the last trace
         self.last_report: Optional[Dict[str, Any]] = None
@@ -669,11 +670,23 @@ class LMS(Callback, _KerasCallbackBase):
         if params and params.get("batch_size") and self._batch_data is None:
             self._batch_data = int(params["batch_size"])
 
+    def on_train_begin(self, logs=None) -> None:
+        self._in_fit = True
+
     def on_train_batch_end(self, batch, logs=None) -> None:
         self._check_selection()
 
     def on_train_end(self, logs=None) -> None:
+        self._in_fit = False
         self.remove()
+
+    def on_test_end(self, logs=None) -> None:
+        if not self._in_fit:  # evaluate(callbacks=[lms]) alone: undo set_model
+            self.remove()
+
+    def on_predict_end(self, logs=None) -> None:
+        if not self._in_fit:
+            self.remove()
 
     def __str__(self):
         return f"LMS({self.policy})"
