@@ -533,6 +533,15 @@ def test_flat_sequential_gets_per_layer_blocks():
         lms.remove()
     # every layer but the random one and the output layer
     assert names == [model.layers[0].name, model.layers[2].name], names
+    lms = LMS("recompute", blocks=[model.layers[2]])   # a layer object as the block
+    lms.apply(model)
+    try:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(tf.ones([2, 8]), training=True))
+        assert all(g is not None for g in tape.gradient(loss, model.trainable_weights))
+        assert set(lms.seen_blocks) == {model.layers[2].name}
+    finally:
+        lms.remove()
 
 
 _FIT_PEAK = textwrap.dedent("""

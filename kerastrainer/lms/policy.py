@@ -252,7 +252,9 @@ class LMS(Callback, _KerasCallbackBase):
     @staticmethod
     def _matches(key: str, patterns) -> bool:
         for p in patterns:
-            if not isinstance(p, str):
+            if not isinstance(p, str):  # a Keras layer: its block key is its name
+                if getattr(p, "name", None) == key:
+                    return True
                 continue
             if fnmatch.fnmatchcase(key, p) or key.startswith(p.rstrip("/") + "/"):
                 return True
