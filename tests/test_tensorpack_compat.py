@@ -279,3 +279,22 @@ def test_apply_grad_processors_scale_and_clip():
     np.testing.assert_array_equal(names["fc/b"].numpy(), recb.b)  # frozen by ScaleGradient(0)
     moved = np.linalg.norm(names["fc/W"].numpy() - rec.w)
     assert 0 < moved <= 3 * 0.1 * 1e-3 + 1e-7  # each step's gradient clipped to norm 1e-3
+
+
+def test_batch_renorm_corrections_and_inference():
+    from kerastrainer.models import BatchRenormalization
+    from kerastrainer.tfutils import TowerContext
+    from kerastrainer.models import BatchRenorm
+    x = tf.constant(np.random.RandomState(0).randn(16, 4).astype("float32") * 3 + 2)
+    # fresh renorm statistics (mean 0, stddev 1): with loose clipping r, d undo the batch
+    # normalisation exactly; with rmax=1, dmax=0 it is plain batch normalisation
+    loose = BatchRenormalization(rmax=100.0, dmax=100.0)
+    np.testing.assert_allclose(loose(x, training=True).numpy(), x.numpy(), rtol=1e-4, atol=1e-4)
+    tight = BatchRenormalization(rmax=1.0, dmax=0.0, epsilon=0.0)
+    y = tight(x, training=True).numpy()
+    np.testing.assert_allclose(y.mean(0), 0, atol=1e-5)
+    np.testing.assert_allclose(y.std(0), 1, atol=1e-4)
+    assert not np.allclose(tight.moving_mean.numpy(), 0)  # the inference statistics moved
+    with TowerContext("", is_training=False):
+        out = BatchRenorm("brn", x, rmax=3.0, dmax=5.0)
+    np.testing.assert_allclose(out.numpy(), x.numpy() / np.sqrt(1 + 1e-5), rtol=1e-5)  # fresh moving stats

@@ -22,7 +22,7 @@ from .registry import current_layer_store, disable_layer_logging, get_keras_laye
     keras_layer, layer_register, layer_scope
 from .conv2d import Conv2D, Conv2DTranspose, Deconv2D
 from .fc import FullyConnected, batch_flatten
-from .batch_norm import BatchNorm, BNReLU, TowerBatchNormalization
+from .batch_norm import BatchNorm, BatchRenorm, BatchRenormalization, BNReLU, TowerBatchNormalization
 from .pool import AvgPooling, FixedUnPooling, GlobalAvgPooling, MaxPooling
 from .dropout import Dropout
 from .layer_norm import ChannelAffineNormalization, InstanceNorm, LayerNorm
@@ -37,7 +37,7 @@ __all__ = [
     "layer_register", "layer_scope", "keras_layer", "get_keras_layer", "current_layer_store",
     "get_registered_layer", "disable_layer_logging",
     "Conv2D", "Conv2DTranspose", "Deconv2D", "FullyConnected", "batch_flatten",
-    "BatchNorm", "BNReLU", "TowerBatchNormalization", "MaxPooling", "AvgPooling", "GlobalAvgPooling", "FixedUnPooling",
+    "BatchNorm", "BatchRenorm", "BatchRenormalization", "BNReLU", "TowerBatchNormalization", "MaxPooling", "AvgPooling", "GlobalAvgPooling", "FixedUnPooling",
     "Dropout", "LayerNorm", "InstanceNorm", "ChannelAffineNormalization", "PReLU", "Maxout", "ConcatWith",
     "LinearWrap", "regularize_cost", "regularize_cost_from_collection", "l2_regularizer",
     "l1_regularizer", "resnet", "resnet_backbone", "RESNET_CONFIGS",

@@ -32,7 +32,7 @@ from . import _common as C
 from ..tfutils.tower import get_current_tower_context
 from .registry import get_layer_here, layer_register, legacy_names
 
-__all__ = ["BatchNorm", "BNReLU", "TowerBatchNormalization"]
+__all__ = ["BatchNorm", "BNReLU", "TowerBatchNormalization", "BatchRenorm", "BatchRenormalization"]
 
 _BN_ALIASES = {"gamma": "gamma", "beta": "beta", "moving_mean": "mean/EMA",
                "moving_variance": "variance/EMA"}
@@ -155,3 +155,93 @@ def BNReLU(x, name: Optional[str] = None):
     """
     x = BatchNorm("bn", x)
     return tf.nn.relu(x, name=name or "output")
+
+
+class BatchRenormalization(keras.layers.Layer):
+    """Batch renormalization (Ioffe 2017) as a Keras 3 layer (Keras 3's BatchNormalization has
+    no ``renorm``). Training normalizes with the batch statistics corrected by
+    ``r = clip(sigma_B / sigma, 1/rmax, rmax)`` and ``d = clip((mu_B - mu) / sigma, -dmax, dmax)``
+    (no gradient through r, d), where ``mu``, ``sigma`` are moving averages with
+    ``renorm_momentum``; inference uses ``moving_mean`` / ``moving_variance`` (``momentum``).
+
+    Example::
+
+        y = BatchRenormalization(rmax=3.0, dmax=5.0)(x, training=True)
+    """
+
+    def __init__(self, axis: int = -1, momentum: float = 0.9, epsilon: float = 1e-5, rmax: float = 3.0,
+                 dmax: float = 5.0, renorm_momentum: float = 0.99, center: bool = True, scale: bool = True,
+                 gamma_initializer="ones", **kwargs):
+        super().__init__(**kwargs)
+        self.axis, self.momentum, self.epsilon = int(axis), float(momentum), float(epsilon)
+        self.rmax, self.dmax, self.renorm_momentum = float(rmax), float(dmax), float(renorm_momentum)
+        self.center, self.scale = bool(center), bool(scale)
+        self.gamma_initializer = keras.initializers.get(gamma_initializer)
+
+    def build(self, input_shape):
+        axis = self.axis % len(input_shape)
+        self._axis = axis
+        shape = (int(input_shape[axis]),)
+        self.gamma = self.add_weight(name="gamma", shape=shape, initializer=self.gamma_initializer) \
+            if self.scale else None
+        self.beta = self.add_weight(name="beta", shape=shape, initializer="zeros") if self.center else None
+        stat = dict(shape=shape, trainable=False)
+        self.moving_mean = self.add_weight(name="moving_mean", initializer="zeros", **stat)
+        self.moving_variance = self.add_weight(name="moving_variance", initializer="ones", **stat)
+        self.renorm_mean = self.add_weight(name="renorm_mean", initializer="zeros", **stat)
+        self.renorm_stddev = self.add_weight(name="renorm_stddev", initializer="ones", **stat)
+
+    def call(self, x, training=False):
+        ndim = len(x.shape)
+        axes = [i for i in range(ndim) if i != self._axis]
+        bshape = [1] * ndim
+        bshape[self._axis] = -1
+
+        def b(v):
+            return tf.reshape(tf.cast(v, x.dtype), bshape)
+
+        if training:
+            mean, var = tf.nn.moments(x, axes)
+            std = tf.sqrt(var + self.epsilon)
+            r_mean = tf.cast(self.renorm_mean, mean.dtype)
+            r_std = tf.cast(self.renorm_stddev, std.dtype)
+            r = tf.stop_gradient(tf.clip_by_value(std / r_std, 1.0 / self.rmax, self.rmax))
+            d = tf.stop_gradient(tf.clip_by_value((mean - r_mean) / r_std, -self.dmax, self.dmax))
+            xhat = (x - b(mean)) / b(std) * b(r) + b(d)
+            for var_, value, m in ((self.renorm_mean, mean, self.renorm_momentum),
+                                   (self.renorm_stddev, std, self.renorm_momentum),
+                                   (self.moving_mean, mean, self.momentum),
+                                   (self.moving_variance, var, self.momentum)):
+                var_.assign(var_ * m + tf.cast(value, var_.dtype) * (1 - m))
+        else:
+            xhat = (x - b(self.moving_mean)) / tf.sqrt(b(self.moving_variance) + self.epsilon)
+        if self.gamma is not None:
+            xhat = xhat * b(self.gamma)
+        if self.beta is not None:
+            xhat = xhat + b(self.beta)
+        return xhat
+
+
+@layer_register(log_shape=False)
+def BatchRenorm(x, rmax: float, dmax: float, momentum: float = 0.9, epsilon: float = 1e-5,
+                center: bool = True, scale: bool = True, gamma_initializer=None,
+                data_format: str = "channels_last"):
+    """tensorpack's Batch Renormalization layer (``renorm_momentum`` 0.99, as tensorpack's).
+
+    Variables: ``gamma``, ``beta``, ``mean/EMA``, ``variance/EMA`` (and the renorm averages).
+    Training follows the tower context.
+
+    Example::
+
+        x = BatchRenorm('bn', x, rmax=3.0, dmax=5.0)
+    """
+    x = tf.convert_to_tensor(x)
+    fmt = C.data_format(data_format, "BatchRenorm")
+    ndim = C.static_rank(x, "BatchRenorm")
+    axis = C.channel_axis(fmt, ndim)
+    ctx = get_current_tower_context()
+    training = bool(ctx.is_training) if ctx is not None else False
+    layer = get_layer_here(lambda kname: BatchRenormalization(
+        axis=axis, momentum=momentum, epsilon=epsilon, rmax=rmax, dmax=dmax, center=center, scale=scale,
+        gamma_initializer=C.initializer(gamma_initializer, "ones"), name=kname), _BN_ALIASES)
+    return C.output(layer(x, training=training))
