@@ -120,7 +120,7 @@ def test_xla_equals_no_xla_with_two_towers(kind):
     from kerastrainer.train import SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated
 
     cls = SyncMultiGPUTrainerReplicated if kind == "replicated" else SyncMultiGPUTrainerParameterServer
-    plain, xla = _assert_same_training(lambda jit: cls(2, steps_per_call=3, jit_compile=jit),
+    plain, xla = _assert_same_training(lambda jit: cls(["/cpu:0", "/cpu:1"], steps_per_call=3, jit_compile=jit),
                                        region="forward_backward", steps_per_epoch=5, make_model=_bn_model)
     assert xla.num_replicas == 2
     # the moving statistics were updated (outside the XLA cluster), as without XLA
@@ -142,13 +142,13 @@ def test_auto_falls_back_when_a_tower_updates_a_mirrored_tf_variable(log_records
     class XlaOnCpu(SyncMultiGPUTrainerReplicated):
         auto_xla_on_cpu = True
 
-    t = _train(lambda jit: XlaOnCpu(2, steps_per_call=2), None, make_model=lambda: CountsBatches(opt="adam"),
+    t = _train(lambda jit: XlaOnCpu(["/cpu:0", "/cpu:1"], steps_per_call=2), None, make_model=lambda: CountsBatches(opt="adam"),
                steps_per_epoch=4, max_epoch=1)
     assert t.use_xla is False and t.global_step == 4
     assert any("an update of a mirrored tf.Variable in the tower" in m
                for m in _messages(log_records, logging.WARNING))
     with pytest.raises(ValueError, match="an update of a mirrored tf.Variable in the tower"):
-        _train(lambda jit: SyncMultiGPUTrainerReplicated(2, jit_compile=True), None,
+        _train(lambda jit: SyncMultiGPUTrainerReplicated(["/cpu:0", "/cpu:1"], jit_compile=True), None,
                make_model=lambda: CountsBatches(opt="adam"), steps_per_epoch=2, max_epoch=1)
 
 
@@ -183,7 +183,7 @@ def test_keras_model_compile_jit_compile_overrides_the_trainer(towers):
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
                                   keras.layers.BatchNormalization(), keras.layers.Dense(3)])
         trainer = SimpleTrainer(steps_per_call=4) if towers == 1 else \
-            SyncMultiGPUTrainerReplicated(2, steps_per_call=4)
+            SyncMultiGPUTrainerReplicated(["/cpu:0", "/cpu:1"], steps_per_call=4)
         km = KerasModel(model, input=(data.x, data.y), trainer=trainer)
         km.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                    metrics=["accuracy"], jit_compile=jit)

@@ -6,7 +6,7 @@ from typing import Optional, Sequence, Union
 import tensorflow as tf
 
 from ..utils import logger
-from ..utils.devices import get_available_gpus, training_devices
+from ..utils.devices import training_devices
 from .base import Trainer
 
 __all__ = ["SimpleTrainer", "SyncMultiGPUTrainerReplicated", "SyncMultiGPUTrainerParameterServer",
@@ -55,6 +55,21 @@ def _share_a_physical_gpu(devices: Sequence[str]) -> bool:
     return len(set(gpus)) < len(gpus)
 
 
+def _named_devices(names: Sequence[str]) -> list:
+    """Device names as given ('/cpu:1', '/gpu:0'), checked against this process's logical devices."""
+    have = {(d.device_type, tf.DeviceSpec.from_string(d.name).device_index) for d in tf.config.list_logical_devices()}
+    bad = [n for n in names if (tf.DeviceSpec.from_string(n).device_type,
+                                tf.DeviceSpec.from_string(n).device_index) not in have]
+    if bad:
+        avail = [d.name for d in tf.config.list_logical_devices() if d.device_type in ("CPU", "GPU")]
+        raise ValueError(f"Towers on {list(names)} were asked for, but {bad} do not exist; the logical devices "
+                         f"are {avail}. Logical CPU devices are made with "
+                         "kerastrainer.utils.devices.ensure_tower_devices(n) before TensorFlow starts.")
+    if len(set(n.lower() for n in names)) != len(names):
+        raise ValueError(f"Each tower needs its own device; {list(names)} names one twice.")
+    return list(names)
+
+
 class _MirroredTrainer(Trainer):
     """Towers on several local devices under ``tf.distribute.MirroredStrategy``.
 
@@ -62,10 +77,15 @@ class _MirroredTrainer(Trainer):
     gradients are averaged (``average=True``) or summed.
     """
 
-    def __init__(self, gpus: Union[int, Sequence[int]], **kwargs):
+    def __init__(self, gpus: Union[int, Sequence[int], Sequence[str]], **kwargs):
         super().__init__(**kwargs)
-        self.tower_ids = _tower_ids(gpus)
-        self.devices = training_devices(self.tower_ids)
+        if not isinstance(gpus, int) and len(gpus) and all(isinstance(g, str) for g in gpus):
+            # device names ('/cpu:0', '/cpu:1'): used as given, whatever GPUs the machine has
+            self.devices = _named_devices(gpus)
+            self.tower_ids = list(range(len(self.devices)))
+        else:
+            self.tower_ids = _tower_ids(gpus)
+            self.devices = training_devices(self.tower_ids)
 
     def _cross_device_ops(self) -> Optional[tf.distribute.CrossDeviceOps]:
         raise NotImplementedError
@@ -81,7 +101,8 @@ class SyncMultiGPUTrainerReplicated(_MirroredTrainer):
     """Replicated variables, gradients all-reduced across towers (tensorpack's default).
 
     Args:
-        gpus: a number of towers or a list of device ids.
+        gpus: a number of towers (on the GPUs, or logical CPU devices when there are none),
+            a list of device ids, or a list of device names (``['/cpu:0', '/cpu:1']``).
         average: average the gradients (True) or sum them.
         mode: ``'nccl'`` (GPUs), ``'hierarchical'`` (hierarchical copy, for 8-GPU boxes)
             or ``'cpu'`` (reduce on the host); None picks NCCL on GPUs and the host
@@ -101,7 +122,8 @@ class SyncMultiGPUTrainerReplicated(_MirroredTrainer):
         self.mode = mode
 
     def _cross_device_ops(self):
-        on_gpu = bool(get_available_gpus())
+        # the towers' devices decide, not the machine's: towers on CPU devices of a GPU machine
+        on_gpu = all(tf.DeviceSpec.from_string(d).device_type == "GPU" for d in self.devices)
         mode = self.mode or ("nccl" if on_gpu else "cpu")
         if mode in ("nccl", "hierarchical") and not on_gpu:
             logger.warning("all-reduce mode %r needs GPUs; reducing on the host instead.", mode)
@@ -122,7 +144,7 @@ class SyncMultiGPUTrainerParameterServer(_MirroredTrainer):
     """Gradients reduced on one device (the parameter server) and broadcast back.
 
     Args:
-        gpus: a number of towers or a list of device ids.
+        gpus: a number of towers, a list of device ids, or a list of device names.
         ps_device: ``'cpu'`` or ``'gpu'`` (the first tower's device).
 
     Example::
