@@ -567,3 +567,32 @@ def test_worker_datapoint_over_the_message_limit_is_a_clear_error():
     ds.close()
     with pytest.raises(ValueError, match="max_message_bytes"):
         MultiProcessRunnerZMQ(Numbers(), max_message_bytes=1)
+
+
+def test_workers_use_opencv_after_the_parent_used_its_thread_pool():
+    # a child forked while OpenCV's pool had threads hung in its first parallel call
+    pytest.importorskip("cv2")
+    prog = textwrap.dedent("""
+        import cv2, numpy as np
+        from kerastrainer.dataflow import DataFlow, MultiProcessRunnerZMQ
+        img = np.random.RandomState(0).randint(0, 255, (2000, 2000, 3)).astype(np.uint8)
+        threads = cv2.getNumThreads()
+        for _ in range(3):
+            cv2.resize(img, (1000, 1000)); cv2.GaussianBlur(img, (5, 5), 1)
+
+        class Blur(DataFlow):
+            def __iter__(self):
+                for _ in range(2):
+                    yield [cv2.GaussianBlur(cv2.resize(img, (600, 600)), (5, 5), 1).mean()]
+
+        for _ in range(3):  # the hang was a race: it struck about every other fork
+            ds = MultiProcessRunnerZMQ(Blur(), num_proc=2)
+            ds.reset_state()
+            out = [dp for _, dp in zip(range(4), ds)]
+            ds.close()
+            assert len(out) == 4 and cv2.getNumThreads() == threads
+            cv2.resize(img, (1000, 1000))  # the parent's pool works again
+        print("OK")
+    """)
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]

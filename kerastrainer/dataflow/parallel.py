@@ -62,7 +62,7 @@ import msgpack
 import zmq
 
 from ..utils import logger
-from ..utils.concurrency import (StoppableThread, describe_exitcode, die_with_parent, mp_fork_context,
+from ..utils.concurrency import (StoppableThread, opencv_threads_idle, describe_exitcode, die_with_parent, mp_fork_context,
                                  stop_processes)
 from .base import DataFlow, DataFlowReentrantGuard
 from .wire import DEFAULT_MAX_MESSAGE_BYTES, check_message_size, dumps_frames, loads_frames, message_nbytes
@@ -204,11 +204,12 @@ class WorkerProcesses:
         ctx = mp_fork_context()
         use_pdeathsig = _on_main_thread()
         parent = os.getpid()
-        for i in range(num):
-            p = ctx.Process(target=target, args=(parent, use_pdeathsig) + args_of(i),
-                            name=f"{self.owner}-{i}", daemon=True)
-            p.start()
-            self.procs.append(p)
+        with opencv_threads_idle():
+            for i in range(num):
+                p = ctx.Process(target=target, args=(parent, use_pdeathsig) + args_of(i),
+                                name=f"{self.owner}-{i}", daemon=True)
+                p.start()
+                self.procs.append(p)
 
     @property
     def sentinels(self) -> List[int]:

@@ -19,6 +19,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -29,7 +30,7 @@ import time
 from typing import Iterable, Optional
 
 __all__ = ["enable_death_signal", "die_with_parent", "start_parent_watchdog", "describe_exitcode",
-           "stop_processes", "StoppableThread", "mp_fork_context"]
+           "stop_processes", "StoppableThread", "mp_fork_context", "opencv_threads_idle"]
 
 _PR_SET_PDEATHSIG = 1
 _libc = None
@@ -158,6 +159,28 @@ class StoppableThread(threading.Thread):
     def wait_stopped(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds, waking early when stopped; return ``stopped()``."""
         return self._stop_evt.wait(timeout)
+
+
+@contextlib.contextmanager
+def opencv_threads_idle():
+    """Fork with OpenCV's thread pool stopped, then restore it.
+
+    A child forked while the parent's OpenCV pool has threads inherits a pool whose threads
+    do not exist: its first parallel OpenCV call (resize, blur, setNumThreads) hangs for
+    ever. One thread while forking leaves the child a serial OpenCV that works. Only acts
+    when the parent has imported cv2.
+    """
+    cv2 = sys.modules.get("cv2")
+    set_threads = getattr(cv2, "setNumThreads", None)
+    if set_threads is None:
+        yield
+        return
+    n = cv2.getNumThreads()
+    set_threads(1)
+    try:
+        yield
+    finally:
+        set_threads(n)
 
 
 def mp_fork_context():
