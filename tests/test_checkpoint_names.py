@@ -384,3 +384,19 @@ def test_replicated_trainer_saves_and_loads_by_name(tmp_path):
     for name, var in t2.named_variables().items():
         for replica_value in t2.strategy.experimental_local_results(getattr(var, "value", var)):
             np.testing.assert_array_equal(np.asarray(replica_value), saved[name], err_msg=name)
+
+
+def test_keras_models_built_twice_save_under_the_same_names():
+    # Keras numbers automatic layer names per process: dense_7 now, dense_9 in the next model
+    import keras
+    from kerastrainer.tfutils.tower_func import ModelVariables
+    from kerastrainer.tfutils.layer_store import LayerStore
+
+    def build():
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2, name="out"),
+                              keras.layers.Dense(2)])
+        return sorted(ModelVariables(LayerStore(), {"keras_model": m}).named_variables())
+
+    first, second = build(), build()
+    assert first == second
+    assert {"keras_model/dense/kernel", "keras_model/dense_1/bias", "keras_model/out/kernel"} <= set(first)

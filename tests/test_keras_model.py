@@ -263,7 +263,7 @@ def test_keras_layers_in_a_tower_are_shared_saved_and_regularized(logdir, towers
     store = model.layer_store
     assert sorted(store.layers) == ["bn", "hidden"]
     named = trainer.named_variables()
-    assert {"hidden/kernel", "bn/moving_mean", "head/head/kernel"} <= set(named)
+    assert {"hidden/kernel", "bn/moving_mean", "head/kernel"} <= set(named)
     assert trainer.last_step_outputs["reg"] > 0
     assert np.abs(store.layers["bn"].moving_mean.numpy()).max() > 1e-3
     if towers == 2:   # the moving statistics are the first replica's on every replica

@@ -15,7 +15,9 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Callable, List, Sequence
+import re
+
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -44,12 +46,14 @@ class ModelVariables(tf.Module):
                 extra[attr] = obj
             else:
                 own = getattr(obj, "name", None)
+                stable = _stable_layer_names(obj)
                 for v in getattr(obj, "weights", []):
                     path = (getattr(v, "path", None) or v.name).split(":")[0]
                     # not the object's own name: Keras numbers it per process ('sequential_1')
                     if own and path.startswith(own + "/"):
                         path = path[len(own) + 1:]
-                    extra[f"{attr}/{path}"] = v
+                    head, sep, rest = path.partition("/")
+                    extra[f"{attr}/{stable.get(head, head)}{sep}{rest}"] = v
         out = dict(self.store.named_variables())
         out.update(extra)
         return out
@@ -74,6 +78,35 @@ class ModelVariables(tf.Module):
         for obj in self.extra.values():
             losses.extend(getattr(obj, "losses", []) or [])
         return losses
+
+
+def _snake_case(name: str) -> str:
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+def _stable_layer_names(model) -> Dict[str, str]:
+    """``{layer.name: name to save under}`` for the layers of a Keras model.
+
+    Keras numbers automatic layer names per process (``dense_17``), so the same model built
+    twice names its layers differently. A layer whose name is automatic is saved as its kind
+    and its rank among the model's automatically named layers of that kind (``dense``,
+    ``dense_1``, ...), as Keras' own weight files do; a layer named by the user keeps its name.
+    """
+    counts: Dict[str, int] = {}
+    out: Dict[str, str] = {}
+    for layer in getattr(model, "layers", None) or []:
+        name = getattr(layer, "name", None)
+        if not name:
+            continue
+        base = _snake_case(type(layer).__name__)
+        if re.fullmatch(re.escape(base) + r"(_\d+)?", name):
+            k = counts.get(base, 0)
+            counts[base] = k + 1
+            out[name] = base if k == 0 else f"{base}_{k}"
+    users = {getattr(layer, "name", None) for layer in getattr(model, "layers", None) or []} - set(out)
+    # never the name of a layer the user named (a Conv2D called 'dense_1'): then keep Keras' own
+    return {n: (n if st in users else st) for n, st in out.items()}
 
 
 def _inner(v):
