@@ -250,3 +250,32 @@ def dispatch_child(children: Dict[str, Callable[[], None]], name: str) -> None:
     if name not in children:
         raise SystemExit(f"unknown child system {name!r}; known: {sorted(children)}")
     children[name]()
+
+
+def reference_random_resized_crop(path: str, r, out_hw, area=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """The references' per-image work (what a torch DataLoader user writes with OpenCV):
+    full decode, random-resized crop (torchvision's rule: 10 tries, then the whole image),
+    resize to ``out_hw``, random horizontal flip. ``r`` is a numpy RandomState."""
+    import math
+
+    import cv2
+    import numpy as np
+    th, tw = out_hw
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    img = cv2.imdecode(np.fromfile(path, np.uint8), cv2.IMREAD_COLOR)
+    h, w = img.shape[:2]
+    for _ in range(10):
+        a = r.uniform(*area) * h * w
+        aspect = math.exp(r.uniform(log_lo, log_hi))
+        cw, ch = int(round(math.sqrt(a * aspect))), int(round(math.sqrt(a / aspect)))
+        if r.uniform() < 0.5:
+            cw, ch = ch, cw
+        if 0 < ch <= h and 0 < cw <= w:
+            y0, x0 = r.randint(0, h - ch + 1), r.randint(0, w - cw + 1)
+            img = cv2.resize(img[y0:y0 + ch, x0:x0 + cw], (tw, th), interpolation=cv2.INTER_LINEAR)
+            break
+    else:
+        img = cv2.resize(img, (tw, th), interpolation=cv2.INTER_LINEAR)
+    if r.uniform() < 0.5:
+        img = cv2.flip(img, 1)
+    return img

@@ -231,13 +231,10 @@ def _make_plain_augment():
 
     Used by tensorpack, PyTorch and the ceiling, so that they do the same per-image work.
     """
-    import math
-
     import cv2
     import numpy as np
     cv2.setNumThreads(1)
     th, tw = IMG_SHAPE[:2]
-    log_lo, log_hi = math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1])
     state = {"pid": None, "rng": None}
 
     def rng():
@@ -246,24 +243,7 @@ def _make_plain_augment():
         return state["rng"]
 
     def augment(path):
-        r = rng()
-        img = cv2.imdecode(np.fromfile(path, np.uint8), cv2.IMREAD_COLOR)
-        h, w = img.shape[:2]
-        for _ in range(10):
-            area = r.uniform(*CROP_AREA) * h * w
-            ratio = math.exp(r.uniform(log_lo, log_hi))
-            cw, ch = int(round(math.sqrt(area * ratio))), int(round(math.sqrt(area / ratio)))
-            if r.uniform() < 0.5:
-                cw, ch = ch, cw
-            if 0 < ch <= h and 0 < cw <= w:
-                y0, x0 = r.randint(0, h - ch + 1), r.randint(0, w - cw + 1)
-                img = cv2.resize(img[y0:y0 + ch, x0:x0 + cw], (tw, th), interpolation=cv2.INTER_LINEAR)
-                break
-        else:
-            img = cv2.resize(img, (tw, th), interpolation=cv2.INTER_LINEAR)
-        if r.uniform() < 0.5:
-            img = cv2.flip(img, 1)
-        return img
+        return C.reference_random_resized_crop(path, rng(), (th, tw), CROP_AREA, CROP_RATIO)
 
     return augment
 

@@ -30,7 +30,6 @@ Run (after ``bash bench/setup_env.sh`` for the PyTorch row)::
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shutil
 import sys
@@ -157,7 +156,6 @@ def child_torch(args):
     from torch.utils.data import DataLoader, Dataset
     cv2.setNumThreads(1)
     items = _files(args.images_dir)
-    log_lo, log_hi = math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1])
 
     class Jpegs(Dataset):
         rng = None
@@ -170,22 +168,7 @@ def child_torch(args):
                 self.rng = np.random.RandomState(os.getpid())
             r = self.rng
             path, label = items[i]
-            img = cv2.imdecode(np.fromfile(path, np.uint8), cv2.IMREAD_COLOR)
-            h, w = img.shape[:2]
-            for _ in range(10):
-                area = r.uniform(*CROP_AREA) * h * w
-                ratio = math.exp(r.uniform(log_lo, log_hi))
-                cw, ch = int(round(math.sqrt(area * ratio))), int(round(math.sqrt(area / ratio)))
-                if r.uniform() < 0.5:
-                    cw, ch = ch, cw
-                if 0 < ch <= h and 0 < cw <= w:
-                    y0, x0 = r.randint(0, h - ch + 1), r.randint(0, w - cw + 1)
-                    img = cv2.resize(img[y0:y0 + ch, x0:x0 + cw], (OUT, OUT), interpolation=cv2.INTER_LINEAR)
-                    break
-            else:
-                img = cv2.resize(img, (OUT, OUT), interpolation=cv2.INTER_LINEAR)
-            if r.uniform() < 0.5:
-                img = cv2.flip(img, 1)
+            img = C.reference_random_resized_crop(path, r, (OUT, OUT), CROP_AREA, CROP_RATIO)
             return img, label
 
     loader = DataLoader(Jpegs(), batch_size=BATCH, shuffle=True, drop_last=True, num_workers=args.workers,

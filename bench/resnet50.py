@@ -200,7 +200,7 @@ def _report_kerastrainer(args, timer, trainer):
 
 def child_train_modeldesc(args):
     tf, keras = _setup_tf(args)
-    from kerastrainer import DummyConstantInput, QueueInput, TrainConfig, launch_train_with_config
+    from kerastrainer import DummyConstantInput, TrainConfig, launch_train_with_config
     ex = _import_example("imagenet-resnet")
     U = ex.U
     timer = _epoch_timer()

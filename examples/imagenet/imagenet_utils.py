@@ -47,15 +47,10 @@ TRAIN_IMAGES = 1281167
 # augmentation
 # ---------------------------------------------------------------------------------------
 
-class _DecodeAugment:
-    """``[file name, label] -> [uint8 image, int32 label]``: decode with OpenCV, augment.
+class _PerWorker:
+    """A picklable mapper (not a closure) that sets OpenCV up once in each worker process."""
 
-    A picklable callable (not a closure), so worker processes can receive it either way.
-    """
-
-    def __init__(self, augmentors):
-        self.augs = imgaug.AugmentorList(augmentors)
-        self._pid = None
+    _pid = None
 
     def __call__(self, dp):
         if self._pid != os.getpid():
@@ -63,23 +58,28 @@ class _DecodeAugment:
             cv2.setNumThreads(1)
             self._pid = os.getpid()
         fname, label = dp
-        img = read_image(fname, channel=3)  # BGR; BadImageError naming the file (truncated JPEGs too)
-        return [self.augs.augment(img), np.int32(label)]
+        return [self.image(fname), np.int32(label)]
 
 
-class _DecodeCrop:
+class _DecodeAugment(_PerWorker):
+    """``[file name, label] -> [uint8 image, int32 label]``: decode with OpenCV, augment."""
+
+    def __init__(self, augmentors):
+        self.augs = imgaug.AugmentorList(augmentors)
+
+    def image(self, fname):
+        # BGR; BadImageError naming the file (truncated JPEGs too)
+        return self.augs.augment(read_image(fname, channel=3))
+
+
+class _DecodeCrop(_PerWorker):
     """``[file name, label] -> [uint8 image, int32 label]`` through the fused decoder."""
 
     def __init__(self, aug: "imgaug.DecodeRandomResizedCrop"):
         self.aug = aug
-        self._pid = None
 
-    def __call__(self, dp):
-        if self._pid != os.getpid():
-            cv2.setNumThreads(1)
-            self._pid = os.getpid()
-        fname, label = dp
-        return [self.aug.decode(fname), np.int32(label)]   # BadImageError names a bad file
+    def image(self, fname):
+        return self.aug.decode(fname)   # BadImageError names a bad file
 
 
 def default_num_workers() -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-import weakref
 from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf

@@ -8,7 +8,6 @@ Example::
 from __future__ import annotations
 
 import time
-from collections import deque
 from contextlib import contextmanager
 from typing import Iterator, Optional
 

@@ -25,6 +25,19 @@ def _stopped_within(run, t0, limit):
     return took
 
 
+def _ctrl_c_stops(run, workers):
+    """SIGINT: stopped within 5 s, the process ends (no hang), and no worker outlives it."""
+    t0 = time.time()
+    run.proc.send_signal(signal.SIGINT)
+    _stopped_within(run, t0, 5.0)
+    rc = run.finish(timeout=30)
+    assert time.time() - t0 < 15, "the process hung after training stopped"
+    assert rc != 0
+    time.sleep(0.5)
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE], \
+        "DataFlow workers outlived the training process"
+
+
 class Run:
     """train_prog.py in a subprocess; its output is collected by a thread."""
 
@@ -103,26 +116,11 @@ def test_stalled_worker_is_reported_and_ctrl_c_stops_within_5s(tmp_path):
     report = [ln for ln in run.lines if "has waited" in ln][-1]
     for w in workers:
         assert f"pid {w.pid}" in report and "stopped" in report, report
-    t0 = time.time()
-    run.proc.send_signal(signal.SIGINT)
-    _stopped_within(run, t0, 5.0)
-    rc = run.finish(timeout=30)
-    assert time.time() - t0 < 15, "the process hung after training stopped"
-    assert rc != 0
-    time.sleep(0.5)
-    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE], \
-        "DataFlow workers outlived the training process"
+    _ctrl_c_stops(run, workers)
 
 
 def test_ctrl_c_during_normal_training_stops_within_5s(tmp_path):
     run = Run(tmp_path / "run", "--workers", 1, "--epochs", 1000, "--steps", 1000)
     run.wait_for("STEP 30")
     workers = run.children()
-    t0 = time.time()
-    run.proc.send_signal(signal.SIGINT)
-    _stopped_within(run, t0, 5.0)
-    rc = run.finish(timeout=30)
-    assert time.time() - t0 < 15, "the process hung after training stopped"
-    assert rc != 0
-    time.sleep(0.5)
-    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+    _ctrl_c_stops(run, workers)
