@@ -202,7 +202,8 @@ def test_modeldesc_train_resume_and_evaluate(ilsvrc, tmp_path):
 
     # the second run continues from the saved epoch: epoch 2, global steps 3-4
     out = run_script(common + ["--epochs", 2])
-    assert "training resumes from it" in out and "Start Epoch 2" in out and "Start Epoch 1 " not in out
+    assert "Auto-resume: resuming" in out and "continues at epoch 2" in out
+    assert "Start Epoch 2" in out and "Start Epoch 1 " not in out
     stats = read_stats(logdir)
     assert [s["epoch_num"] for s in stats] == [1, 2] and stats[-1]["global_step"] == 4
     assert checkpoint_steps(logdir) == [2, 4]
@@ -242,7 +243,8 @@ def test_keras_train_resume_and_evaluate(ilsvrc, tmp_path):
     assert checkpoint_steps(logdir) == [2]
 
     out = run_script(common + ["--epochs", 2], timeout=900)
-    assert "training resumes from it" in out and "Start Epoch 2" in out and "Start Epoch 1 " not in out
+    assert "Auto-resume: resuming" in out and "continues at epoch 2" in out
+    assert "Start Epoch 2" in out and "Start Epoch 1 " not in out
     stats = read_stats(logdir)
     assert [s["epoch_num"] for s in stats] == [1, 2] and stats[-1]["global_step"] == 4
 
