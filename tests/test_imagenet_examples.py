@@ -243,8 +243,7 @@ def test_keras_train_resume_and_evaluate(ilsvrc, tmp_path):
     assert checkpoint_steps(logdir) == [2]
 
     out = run_script(common + ["--epochs", 2], timeout=900)
-    assert "Auto-resume: resuming" in out and "continues at epoch 2" in out
-    assert "Start Epoch 2" in out and "Start Epoch 1 " not in out
+    assert "training resumes from it" in out and "Start Epoch 2" in out and "Start Epoch 1 " not in out
     stats = read_stats(logdir)
     assert [s["epoch_num"] for s in stats] == [1, 2] and stats[-1]["global_step"] == 4
 

@@ -71,9 +71,9 @@ def _cifar_reference(path, batch, lr, epochs):
     return model
 
 
-def _assert_same_weights(model, reference):
+def _assert_same_weights(model, reference, atol=2e-6):
     for a, b in zip(model.get_weights(), reference.get_weights()):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=atol)
 
 
 @pytest.mark.slow
@@ -119,7 +119,9 @@ def test_cifar10_cnn_distrib_slurm_under_a_faked_two_task_srun(tmp_path):
     assert "worker 1 of 2 reads its shard of the data (32 samples a step)" in out
     assert "CIFAR VALIDATION LOSS, ACC" in out
     reference = _cifar_reference(data, batch=64, lr=2e-4, epochs=2)
-    _assert_same_weights(keras.models.load_model(str(saved)), reference)
+    # two processes average two half-batch gradients (serial: one mean over 64), and RMSprop
+    # divides by the root of small second moments: float32 rounding reaches ~4e-6 in 2 epochs
+    _assert_same_weights(keras.models.load_model(str(saved)), reference, atol=1e-5)
 
 
 def _write_mnist_tfrecord(path, n, seed=0, kinds=10):
