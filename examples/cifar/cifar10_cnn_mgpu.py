@@ -31,6 +31,26 @@ def parse_args(argv=None):
     return args
 
 
+def build_model(input_shape):
+    """Keras' classic CIFAR-10 CNN (the one keras_experiments' examples train)."""
+    import keras
+    return keras.Sequential([
+        keras.Input(input_shape),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Dropout(0.25),
+        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+        keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Dropout(0.25),
+        keras.layers.Flatten(),
+        keras.layers.Dense(512, activation="relu"),
+        keras.layers.Dropout(0.5),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
+
+
 def main():
     args = parse_args()
     if not args.fake and not args.data:
@@ -54,21 +74,7 @@ def main():
         x_test, y_test = test.images, test.labels
         x_train, x_test = (x_train / 255.0).astype("float32"), (x_test / 255.0).astype("float32")
 
-    model = keras.Sequential([
-        keras.Input(x_train.shape[1:]),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Dropout(0.25),
-        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(64, 3, activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Dropout(0.25),
-        keras.layers.Flatten(),
-        keras.layers.Dense(512, activation="relu"),
-        keras.layers.Dropout(0.5),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
+    model = build_model(x_train.shape[1:])
     gdev_list = (get_available_gpus() or get_logical_cpus())[:args.gpus] if args.gpus > 1 else []
     pmodel = make_parallel(model, gdev_list)    # the serial model itself with fewer than 2 devices
     pmodel.compile(keras.optimizers.RMSprop(1e-4), "sparse_categorical_crossentropy", metrics=["accuracy"])

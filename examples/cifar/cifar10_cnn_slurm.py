@@ -46,6 +46,7 @@ def main():
 
     import keras
     import numpy as np
+    from cifar10_cnn_mgpu import build_model   # the same CNN as the multi-GPU example
     from kerastrainer.keras import KerasModel
     from kerastrainer.utils.cluster import set_logger_dir_on_chief
 
@@ -62,21 +63,7 @@ def main():
         x_test, y_test = (test.images / 255.0).astype("float32"), test.labels
 
     workers = trainer.size * trainer.num_local_replicas
-    model = keras.Sequential([
-        keras.Input(x_train.shape[1:]),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Dropout(0.25),
-        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(64, 3, activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Dropout(0.25),
-        keras.layers.Flatten(),
-        keras.layers.Dense(512, activation="relu"),
-        keras.layers.Dropout(0.5),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
+    model = build_model(x_train.shape[1:])
     km = KerasModel(model, trainer=trainer)
     km.compile(keras.optimizers.RMSprop(args.lr * workers), "sparse_categorical_crossentropy", metrics=["accuracy"])
     history = km.fit(input=(x_train, y_train), batch_size=args.batch * workers, epochs=args.epochs,
