@@ -2,6 +2,7 @@
 
 Multi-device code paths (MirroredStrategy, per-tower inputs) run on these in CI.
 """
+import logging
 import os
 import sys
 
@@ -43,3 +44,27 @@ def logdir(tmp_path):
     d = tmp_path / "train_log"
     yield str(d)
     logger.unset_logger_dir()
+
+
+class LogCapture(logging.Handler):
+    """Collects the messages of the kerastrainer logger."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+    def text(self):
+        return "\n".join(self.messages)
+
+
+@pytest.fixture
+def kt_log():
+    """Messages of the kerastrainer logger (it does not propagate to the root logger)."""
+    lg = logging.getLogger("kerastrainer")
+    h = LogCapture()
+    lg.addHandler(h)
+    yield h
+    lg.removeHandler(h)

@@ -6,7 +6,6 @@ real linear-regression model: TF variables, a Keras SGD optimizer updated inside
 the trainer attributes of docs/internals.md that callbacks use. test_monitors.py and
 test_saver.py import it from here.
 """
-import logging
 import math
 
 import numpy as np
@@ -204,28 +203,6 @@ class Recorder(Callback):
 
     def events(self, hook):
         return [(e, s) for n, h, e, s, _ in self.log if h == hook and n == self.name]
-
-
-class LogCapture(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-    def text(self):
-        return "\n".join(self.messages)
-
-
-@pytest.fixture
-def kt_log():
-    """Messages of the kerastrainer logger (it does not propagate to the root logger)."""
-    lg = logging.getLogger("kerastrainer")
-    h = LogCapture()
-    lg.addHandler(h)
-    yield h
-    lg.removeHandler(h)
 
 
 # --- Callbacks (the group) ----------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """Checkpoints keyed by variable name: creation order does not matter, every mismatch is named once,
 NaN never becomes the latest checkpoint, auto-resume skips damaged files and says what it does."""
 import glob
-import logging
 import os
 
 import keras
@@ -69,27 +68,6 @@ class FlaggedData(LinearData):
             step = self.epoch * self.num_batches + i
             yield [x, y, np.full([len(y)], 1.0 if step in self.bad else 0.0, "float32")]
         self.epoch += 1
-
-
-class Capture(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-    def text(self):
-        return "\n".join(self.messages)
-
-
-@pytest.fixture
-def kt_log():
-    lg = logging.getLogger("kerastrainer")
-    h = Capture()
-    lg.addHandler(h)
-    yield h
-    lg.removeHandler(h)
 
 
 def _train(logdir, model, epochs=1, session_init=None, callbacks=None, data=None, extra_callbacks=(),

@@ -57,22 +57,14 @@ def test_lock_is_free_once_the_holder_dies(holder, logdir):
     assert LogDirLock(d).read_holder() == {}
 
 
-def test_stale_record_of_a_dead_process_is_taken_over_with_a_warning(tmp_path, logdir):
-    import logging
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logging.getLogger("kerastrainer").addHandler(handler)
+def test_stale_record_of_a_dead_process_is_taken_over_with_a_warning(tmp_path, logdir, kt_log):
     d = tmp_path / "run"
     d.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (d / ".lock").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "time": time.time() - 5}))
-    try:
-        logger.set_logger_dir(str(d), action="k")
-    finally:
-        logging.getLogger("kerastrainer").removeHandler(handler)
-    assert any("stale lock" in r.getMessage() and f"pid {dead.pid}" in r.getMessage() for r in records)
+    logger.set_logger_dir(str(d), action="k")
+    assert any("stale lock" in m and f"pid {dead.pid}" in m for m in kt_log.messages)
     assert json.load(open(d / ".lock"))["pid"] == os.getpid()
 
 
