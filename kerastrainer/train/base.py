@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import signal
+import threading
 import time
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -602,8 +604,6 @@ class Trainer:
     # once; our Python handler (run when the main thread is back) lets the call unwind and
     # run_step_call raises KeyboardInterrupt. A second Ctrl-C raises at once.
     def _install_sigint(self):
-        import signal
-        import threading
         if threading.current_thread() is not threading.main_thread():
             return None
         old = signal.getsignal(signal.SIGINT)
@@ -614,7 +614,6 @@ class Trainer:
         return old
 
     def _restore_sigint(self, old) -> None:
-        import signal
         if self._own_sigint:
             signal.signal(signal.SIGINT, old)
             self._own_sigint = False
@@ -628,7 +627,6 @@ class Trainer:
 
     def _on_signal(self, signum: int) -> None:
         """Watcher thread: Ctrl-C while a step may be blocked waiting for data: fail the wait now."""
-        import signal
         if signum == signal.SIGINT and self._own_sigint:
             self._cancelled = True
             self.input.cancel()
