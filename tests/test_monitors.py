@@ -11,7 +11,7 @@ from kerastrainer.callbacks import (Callback, JSONWriter, Monitors, MovingAverag
 from kerastrainer.callbacks import fileio
 from kerastrainer.utils import logger
 
-from test_callbacks import MiniTrainer, kt_log  # noqa: F401  (the fixture)
+from test_callbacks import MiniTrainer
 
 
 class PutEachEpoch(Callback):

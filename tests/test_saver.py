@@ -11,7 +11,7 @@ from kerastrainer.callbacks import (Callback, MaxSaver, MinSaver, ModelSaver, Pe
 from kerastrainer.callbacks import saver as saver_mod
 from kerastrainer.utils import logger
 
-from test_callbacks import MiniTrainer, kt_log  # noqa: F401  (the fixture)
+from test_callbacks import MiniTrainer
 
 
 def ckpt_steps(d):
