@@ -93,7 +93,13 @@ def touch_pages(arr) -> int:
 # ----------------------------------------------------------------------------
 
 def bench_venv_python() -> Optional[str]:
-    """The benchmark venv's interpreter, or None when bench/setup_env.sh was not run."""
+    """The benchmark venv's interpreter, or None when bench/setup_env.sh was not run.
+
+    ``KT_BENCH_PYTHON`` names another interpreter that has the references (a GPU machine's own
+    Python with PyTorch, say).
+    """
+    if os.environ.get("KT_BENCH_PYTHON"):
+        return os.environ["KT_BENCH_PYTHON"]
     return BENCH_VENV_PYTHON if os.path.exists(BENCH_VENV_PYTHON) else None
 
 

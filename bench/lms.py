@@ -115,7 +115,7 @@ def run(policy, args, batch=None):
            "--size", str(args.size), "--blocks", str(args.blocks), "--steps", str(args.steps),
            "--model", args.model, "--memory-limit-mb", str(args.memory_limit_mb or 0)] + \
         (["--gpu"] if args.gpu else [])
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (ROOT, os.environ.get("PYTHONPATH")) if x))
     if not args.gpu and args.memory_limit_mb:
         env.update(TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPU_BFC_MEM_LIMIT_IN_MB=str(args.memory_limit_mb))
     try:
@@ -158,9 +158,12 @@ def search(args, policies):
     cap = f"{args.memory_limit_mb} MiB" if args.memory_limit_mb else "no cap"
     where = "GPU 0 (logical device memory_limit)" if args.gpu else "CPU (TF_CPU_BFC_MEM_LIMIT_IN_MB)"
     print(f"largest trainable batch: {args.model}, {args.size}x{args.size}, {where}, {cap}")
-    best = {}
-    for pol in policies:
-        best[pol] = largest_batch(pol, args)[0]
+    if args.parallel_search:  # each probe is its own capped process: the searches can share the GPU
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(len(policies)) as pool:
+            best = dict(zip(policies, (r[0] for r in pool.map(lambda pol: largest_batch(pol, args), policies))))
+    else:
+        best = {pol: largest_batch(pol, args)[0] for pol in policies}
     base = best.get("none", 0)
     print(f"\n{'policy':20s} {'max batch':>10s} {'x none':>8s} {'step s @none max':>17s} {'cost':>6s} "
           f"{'img/s @own max':>15s}")
@@ -215,6 +218,9 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--timeout", type=int, default=900, help="seconds per probe process")
+    p.add_argument("--parallel-search", action="store_true",
+                   help="search the policies' largest batches at the same time (GPU: the probes share it, each "
+                        "under its own cap; the step times are then measured one at a time)")
     p.add_argument("--policies", default=None, help=f"comma-separated, of {POLICIES}")
     args = p.parse_args()
     if args.worker:

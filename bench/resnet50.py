@@ -77,9 +77,11 @@ ROWS = {
     "km-xla-nobias": ("KerasModel, keras ResNet50 with bias-free convs, XLA on", "train-kerasmodel", "nobias", "on"),
     "km-xla-noautotune": ("KerasModel, XLA on, XLA_FLAGS=--xla_gpu_autotune_level=0", "train-kerasmodel", "queue",
                           "on"),
+    "km-xla-nofuse": ("KerasModel, XLA on, no cuDNN conv+bias fusion", "train-kerasmodel", "queue", "on"),
 }
 DEFAULT_ROWS = ["md-dummy-xla", "md-queue", "md-queue-xla", "md-jpeg-xla", "km", "km-xla", "fit", "fit-xla"]
-ROW_ENV = {"km-xla-noautotune": {"XLA_FLAGS": "--xla_gpu_autotune_level=0"}}
+ROW_XLA_FLAGS = {"km-xla-noautotune": "--xla_gpu_autotune_level=0",
+                 "km-xla-nofuse": "--xla_disable_hlo_passes=cudnn-fused-convolution-rewriter"}
 DEFAULTS = {  # --device -> batch, image size, precision, timed steps
     "gpu": dict(batch=128, image_size=224, precision="bf16", steps=60),
     "cpu": dict(batch=8, image_size=224, precision="fp32", steps=6),
@@ -407,9 +409,11 @@ def run_train(args):
             label, child, inp, xla = ROWS[key]
             extra = ["--input", inp, "--xla", xla] + (["--images-dir", tmp] if inp == "jpeg" else [])
             timeout = args.fit_timeout if key == "fit-xla" else args.timeout
-            env = dict(ROW_ENV.get(key, {}))
+            # a row's XLA flags are added to the caller's (which may name CUDA's folder, for one)
+            flags = [os.environ.get("XLA_FLAGS", ""), ROW_XLA_FLAGS.get(key, "")]
             if args.xla_dump:  # one folder per row: count the XLA modules each compiled
-                env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={os.path.join(args.xla_dump, key)}")
+                flags.append(f"--xla_dump_to={os.path.join(args.xla_dump, key)}")
+            env = {"XLA_FLAGS": " ".join(f for f in flags if f)}
             s = C.System(label, _cmd(sys.executable, child, args, extra), env=env, timeout=timeout)
             s.key = key
             systems.append(s)
