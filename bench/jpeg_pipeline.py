@@ -161,13 +161,14 @@ def child_torch(args):
         rng = None
 
         def __len__(self):
-            return len(items)
+            # each worker makes whole batches: an epoch of 4 batches would leave most of 15 workers idle
+            return max(len(items), BATCH * args.workers * 4)
 
         def __getitem__(self, i):
             if self.rng is None:   # first use in this worker: its own seed
                 self.rng = np.random.RandomState(os.getpid())
             r = self.rng
-            path, label = items[i]
+            path, label = items[i % len(items)]
             img = C.reference_random_resized_crop(path, r, (OUT, OUT), CROP_AREA, CROP_RATIO)
             return img, label
 

@@ -71,7 +71,22 @@ def worker(args):
                 for i in range(count):  # each bottleneck block is one LMS block
                     x = lms_block(f"block{i}", block_func)(x, channels, stride if i == 0 else 1)
             return x
-        return resnet_backbone(image, [3, 4, 6, 3], group, resnet_bottleneck, num_classes=1000)
+        if not args.lms_stem:
+            return resnet_backbone(image, [3, 4, 6, 3], group, resnet_bottleneck, num_classes=1000)
+        # the same network with the stem (7x7 conv, BN, ReLU, max-pool: a fifth of the activations
+        # at 224 px) as one more LMS block
+        import keras
+        from kerastrainer.models import BNReLU, MaxPooling
+        from kerastrainer.models.arg_scope import argscope
+        he = keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
+        with argscope(Conv2D, use_bias=False, kernel_initializer=he):
+            x = lms_block("stem", lambda t: MaxPooling("pool0", Conv2D("conv0", t, 64, 7, strides=2,
+                                                                       activation=BNReLU), 3, strides=2,
+                                                       padding="same"))(image)
+            for i, (channels, stride) in enumerate(zip((64, 128, 256, 512), (1, 2, 2, 2))):
+                x = group(f"group{i}", x, resnet_bottleneck, channels, [3, 4, 6, 3][i], stride)
+            x = GlobalAvgPooling("gap", x)
+            return FullyConnected("linear", x, 1000, kernel_initializer=keras.initializers.RandomNormal(stddev=0.01))
 
     net = resnet50 if args.model == "resnet50" else convnet
 
@@ -114,7 +129,7 @@ def run(policy, args, batch=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", policy, "--batch", str(batch or args.batch),
            "--size", str(args.size), "--blocks", str(args.blocks), "--steps", str(args.steps),
            "--model", args.model, "--memory-limit-mb", str(args.memory_limit_mb or 0)] + \
-        (["--gpu"] if args.gpu else [])
+        (["--gpu"] if args.gpu else []) + (["--lms-stem"] if args.lms_stem else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (ROOT, os.environ.get("PYTHONPATH")) if x))
     if not args.gpu and args.memory_limit_mb:
         env.update(TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPU_BFC_MEM_LIMIT_IN_MB=str(args.memory_limit_mb))
@@ -221,6 +236,7 @@ def main():
     p.add_argument("--parallel-search", action="store_true",
                    help="search the policies' largest batches at the same time (GPU: the probes share it, each "
                         "under its own cap; the step times are then measured one at a time)")
+    p.add_argument("--lms-stem", action="store_true", help="resnet50: the stem is an LMS block too")
     p.add_argument("--policies", default=None, help=f"comma-separated, of {POLICIES}")
     args = p.parse_args()
     if args.worker:

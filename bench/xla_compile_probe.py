@@ -11,8 +11,11 @@ compile, GPU autotuning, steps), not how fast a configuration trains; ``bench/re
 
 Run on a GPU machine::
 
-    python bench/xla_compile_probe.py --out /tmp/probe --duration 300 \\
-        km-xla= km-xla-nofuse=--xla_disable_hlo_passes=cudnn-fused-convolution-rewriter
+    python bench/xla_compile_probe.py --out /tmp/probe --duration 300 --gdb-at 100 \\
+        km-xla= km-xla-noautotune=--xla_gpu_autotune_level=0 kmnb-xla=
+
+(The children import kerastrainer first, so its default XLA flags apply; run the probe with
+``KERASTRAINER_XLA_DEFAULTS=0`` to see XLA's own defaults: the Keras ResNet-50 then stalls.)
 """
 from __future__ import annotations
 

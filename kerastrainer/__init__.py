@@ -10,6 +10,9 @@ the TF-side names are loaded on first use.
 import importlib
 
 from ._version import __version__
+from .utils.xla_flags import apply_default_xla_flags as _apply_default_xla_flags
+
+_apply_default_xla_flags()  # before TensorFlow starts: XLA reads XLA_FLAGS once
 from .utils import logger
 from . import dataflow
 from .dataflow import *  # noqa: F401,F403  (TF-free)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import signal
 import threading
@@ -30,6 +31,8 @@ from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from ..utils.concurrency import describe_child_processes
 from ..utils.interrupt import SignalWatcher
+from ..utils.utils import execute_only_once
+from ..utils.xla_flags import default_flags_state
 
 __all__ = ["Trainer", "StopTraining"]
 
@@ -244,6 +247,8 @@ class Trainer:
         self.checkpoint = tf.train.Checkpoint(model=self.model_variables, optimizer=self.optimizer,
                                               global_step=self.global_step_var, epoch=self.epoch_var)
         self.use_xla = self._resolve_jit_compile()
+        if self.use_xla and any(_device_type(d) == "GPU" for d in self._replica_devices()):
+            _check_default_xla_flags()
         self._train_fn = self._make_train_function()
         logger.info("Model built: %d trainable variables, %s parameters, %d replica(s).",
                     len(self.trainable_variables),
@@ -681,3 +686,15 @@ class Trainer:
     @property
     def epochs_done(self) -> float:
         return self.global_step / self.steps_per_epoch if self.steps_per_epoch else math.nan
+
+
+def _check_default_xla_flags() -> None:
+    """XLA on a GPU: warn (once) if XLA may have read XLA_FLAGS before kerastrainer added its defaults."""
+    state = default_flags_state()
+    if state["result"] == "added" and state["tf_started"] and execute_only_once():
+        logger.warning(
+            "TensorFlow had started before kerastrainer was imported, so XLA may not see the XLA_FLAGS it "
+            "added (%s). A Keras model whose convolutions have biases can then sit for minutes in its first "
+            "XLA compile with the GPU idle. Import kerastrainer before running TensorFlow, or set XLA_FLAGS "
+            "in the shell.", " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
+                                       if f.startswith("--xla_disable_hlo_passes")))
