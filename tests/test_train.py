@@ -346,3 +346,17 @@ def test_killed_dataflow_worker_stops_training_and_leaves_no_process():
     assert not _producer_threads()
     gone, alive = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=5)
     assert not alive
+
+
+def test_tfdataset_input_repeat_false():
+    """repeat=False: an endless dataset is read as given; a finite one's end stops training."""
+    data = LinearData()
+    endless = tf.data.Dataset.from_tensor_slices((data.x, data.y)).batch(32).repeat()
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=MLP(), data=TFDatasetInput(endless, repeat=False),
+                                          steps_per_epoch=10, max_epoch=2), t)
+    assert t.global_step == 20
+    short = tf.data.Dataset.from_tensor_slices((data.x[:96], data.y[:96])).batch(32)  # 3 batches
+    with pytest.raises(InputSourceError, match="the dataset ended while training needed more batches"):
+        launch_train_with_config(quiet_config(model=MLP(), data=TFDatasetInput(short, repeat=False),
+                                              steps_per_epoch=5, max_epoch=1), SimpleTrainer(steps_per_call=1))

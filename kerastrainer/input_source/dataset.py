@@ -11,7 +11,10 @@ __all__ = ["TFDatasetInput"]
 class TFDatasetInput(InputSource):
     """Use a ``tf.data.Dataset`` of batches (tuples in the order of ``inputs()``, or dicts keyed by name).
 
-    The dataset is repeated forever; each replica takes its own batch per step.
+    The dataset is repeated forever (``repeat=True``); each replica takes its own batch per
+    step. Give ``repeat=False`` for a dataset that never ends and must not be wrapped again,
+    such as one ending in ``tf.data.experimental.prefetch_to_device`` (it must be the last
+    transformation); such a dataset's end stops training with an error.
 
     Example::
 
@@ -19,10 +22,11 @@ class TFDatasetInput(InputSource):
         TrainConfig(model=M(), data=TFDatasetInput(ds), steps_per_epoch=100, ...)
     """
 
-    def __init__(self, dataset: tf.data.Dataset):
+    def __init__(self, dataset: tf.data.Dataset, repeat: bool = True):
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"TFDatasetInput needs a tf.data.Dataset; got {type(dataset).__name__}")
         self.dataset = dataset
+        self.repeat = bool(repeat)
         self._iterator = None
 
     def _setup(self, specs):
@@ -45,7 +49,14 @@ class TFDatasetInput(InputSource):
                 raise InputSourceError(
                     f"TFDatasetInput: input '{s.name}' does not match inputs(): the dataset gives "
                     f"shape {e.shape} dtype {e.dtype.name}; inputs() declares {spec_to_str(s)}.")
-        self._iterator = iter(self.dataset.repeat())
+        self._iterator = iter(self.dataset.repeat() if self.repeat else self.dataset)
+
+    def raise_pending_error(self) -> None:
+        # called when a step's read failed: without repeat, that is the dataset's end
+        if not self.repeat:
+            raise InputSourceError(
+                "TFDatasetInput: the dataset ended while training needed more batches (repeat=False). "
+                "Make it endless (.repeat() before prefetch_to_device) or train fewer steps.")
 
     def size(self) -> int:
         n = int(self.dataset.cardinality())
