@@ -73,6 +73,8 @@ ROWS = {
     "md-queue2-xla": ("ModelDesc, QueueInput + StagingInput(nr_stage=2), XLA on", "train-modeldesc", "queue2", "on"),
     "md-tfdata-xla": ("ModelDesc, TFDatasetInput (from_generator, prefetch to the GPU), XLA on", "train-modeldesc",
                       "tfdata", "on"),
+    "md-thread-xla": ("ModelDesc, batches staged on the GPU by a Python thread, XLA on", "train-modeldesc",
+                      "thread", "on"),
     "km": ("KerasModel (keras ResNet50), XLA off", "train-kerasmodel", "queue", "off"),
     "km-xla": ("KerasModel (keras ResNet50), XLA on", "train-kerasmodel", "queue", "on"),
     "fit": ("keras.Model.fit (same keras ResNet50), XLA off", "train-fit", "tfdata", "off"),
@@ -225,6 +227,8 @@ def child_train_modeldesc(args):
         data = dict(data=StagingInput(QueueInput(U.FakeImageNetData(args.batch, args.image_size)), nr_stage=2))
     elif args.input == "tfdata":
         data = dict(data=_tfdata_input(tf, U.FakeImageNetData(args.batch, args.image_size), args))
+    elif args.input == "thread":
+        data = dict(data=_thread_staged_input(tf, U.FakeImageNetData(args.batch, args.image_size), args))
     else:
         data = dict(dataflow=U.FakeImageNetData(args.batch, args.image_size))
     trainer = _trainer(args)
@@ -232,6 +236,44 @@ def child_train_modeldesc(args):
                       max_epoch=2, **data)
     launch_train_with_config(cfg, trainer)
     _report_kerastrainer(args, timer, trainer)
+    if args.input == "thread":  # its producer thread may sit in a blocked Stage op: do not wait for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _thread_staged_input(tf, df, args, depth: int = 3):
+    """An experiment for QueueInput's gap: a Python thread copies each batch to the device and
+    stages it there (eager ``Stage`` ops), outside the train function's loop, which only unstages.
+    Bench-only: no error or Ctrl-C handling (a producer that fails leaves the step waiting)."""
+    import threading
+    from kerastrainer.input_source.base import InputSource
+    device = "/gpu:0" if args.device == "gpu" else "/cpu:0"
+    name = "bench_thread_staged"
+
+    class ThreadStaged(InputSource):
+        batch_size = args.batch
+
+        def _setup(self, specs):
+            self.dtypes = [s.dtype for s in specs]
+            df.reset_state()
+            threading.Thread(target=self._produce, daemon=True).start()
+
+        def _produce(self):
+            while True:
+                for dp in df:
+                    with tf.device(device):
+                        tf.raw_ops.Stage(values=[tf.constant(a, dtype=d) for a, d in zip(dp, self.dtypes)],
+                                         shared_name=name, capacity=depth)
+
+        def _get_input_tensors(self):
+            with tf.device(device):
+                tensors = tf.raw_ops.Unstage(dtypes=self.dtypes, shared_name=name, capacity=depth)
+            return self.set_shapes(list(tensors))
+
+        def size(self):
+            return len(df)
+    return ThreadStaged()
 
 
 def _tfdata_input(tf, df, args):
