@@ -47,17 +47,31 @@ def logdir(tmp_path):
 
 
 class LogCapture(logging.Handler):
-    """Collects the messages of the kerastrainer logger."""
+    """Collects the messages of the kerastrainer logger, with their levels."""
 
     def __init__(self):
         super().__init__()
-        self.messages = []
+        self.records = []  # (levelno, message)
 
     def emit(self, record):
-        self.messages.append(record.getMessage())
+        self.records.append((record.levelno, record.getMessage()))
+
+    @property
+    def messages(self):
+        return [m for _, m in self.records]
+
+    def at_level(self, level):
+        """The messages logged at ``level`` or above."""
+        return [m for lv, m in self.records if lv >= level]
+
+    def warnings(self):
+        return "\n".join(self.at_level(logging.WARNING))
 
     def text(self):
         return "\n".join(self.messages)
+
+    def clear(self):
+        self.records.clear()
 
 
 @pytest.fixture

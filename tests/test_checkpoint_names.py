@@ -268,13 +268,13 @@ def test_no_usable_checkpoint_is_an_error(tmp_path):
 def test_relative_log_dir_resume_is_quiet_and_says_what_it_does(tmp_path, monkeypatch, kt_log):
     monkeypatch.chdir(tmp_path)
     _train("train_log/x", Swappable(), epochs=1, steps_per_epoch=2)
-    kt_log.messages.clear()
+    kt_log.clear()
     t = _train("train_log/x", Swappable(), epochs=2, steps_per_epoch=2, config_cls=AutoResumeTrainConfig)
     text = kt_log.text()
     assert "does not exist" not in text and "train_log/x/train_log" not in text
     assert "resuming train_log/x from checkpoint-2: global step 2, epoch 1 done" in text
     assert t.global_step == 4
-    kt_log.messages.clear()
+    kt_log.clear()
     t = _train("train_log/x", Swappable(), epochs=2, steps_per_epoch=2, config_cls=AutoResumeTrainConfig)
     assert t.global_step == 4
     assert ("nothing to train: finished at epoch 2 (checkpoint " in kt_log.text()

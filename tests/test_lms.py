@@ -360,36 +360,10 @@ def test_keras_model_blocks():
 
 # --- TFLMS parity --------------------------------------------------------------------------------
 import importlib.util
-import logging
 
 from kerastrainer.lms import LMSKerasCallback
 
 SEEDS = os.path.join(HERE, "seed_programs")
-
-
-class _Capture(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append((record.levelno, record.getMessage()))
-
-    def warnings(self):
-        return "\n".join(m for lv, m in self.messages if lv >= logging.WARNING)
-
-    def text(self):
-        return "\n".join(m for _, m in self.messages)
-
-
-@pytest.fixture
-def kt_log():
-    """Messages of the kerastrainer logger (it does not propagate to the root logger)."""
-    lg = logging.getLogger("kerastrainer")
-    h = _Capture()
-    lg.addHandler(h)
-    yield h
-    lg.removeHandler(h)
 
 
 def _load_seed(name):

@@ -18,26 +18,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
-@pytest.fixture
-def log_records():
-    """The kerastrainer logger's records during the test."""
-    records = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record)
-
-    handler = Keep(level=logging.DEBUG)
-    lg = logging.getLogger("kerastrainer")
-    lg.addHandler(handler)
-    yield records
-    lg.removeHandler(handler)
-
-
-def _messages(records, level=logging.INFO):
-    return [r.getMessage() for r in records if r.levelno >= level]
-
-
 def _train(make_trainer, jit, make_model=None, make_data=None, steps_per_epoch=10, max_epoch=2, seed=1):
     import keras
     from _models import MLP, LinearData
@@ -127,7 +107,7 @@ def test_xla_equals_no_xla_with_two_towers(kind):
     assert np.abs(xla.named_variables()["bn/mean/EMA"].numpy()).max() > 1e-3
 
 
-def test_auto_falls_back_when_a_tower_updates_a_mirrored_tf_variable(log_records):
+def test_auto_falls_back_when_a_tower_updates_a_mirrored_tf_variable(kt_log):
     import tensorflow as tf
     from _models import MLP
     from kerastrainer.tfutils.layer_store import get_variable
@@ -146,7 +126,7 @@ def test_auto_falls_back_when_a_tower_updates_a_mirrored_tf_variable(log_records
                steps_per_epoch=4, max_epoch=1)
     assert t.use_xla is False and t.global_step == 4
     assert any("an update of a mirrored tf.Variable in the tower" in m
-               for m in _messages(log_records, logging.WARNING))
+               for m in kt_log.at_level(logging.WARNING))
     with pytest.raises(ValueError, match="an update of a mirrored tf.Variable in the tower"):
         _train(lambda jit: SyncMultiGPUTrainerReplicated(["/cpu:0", "/cpu:1"], jit_compile=True), None,
                make_model=lambda: CountsBatches(opt="adam"), steps_per_epoch=2, max_epoch=1)
@@ -214,12 +194,12 @@ def _py_func_model():
     return WithPyFunc(opt="adam", lr=0.01)
 
 
-def test_auto_is_off_on_cpu_devices_and_on_where_asked(log_records):
+def test_auto_is_off_on_cpu_devices_and_on_where_asked(kt_log):
     from kerastrainer.train import SimpleTrainer
 
     t = _train(lambda jit: SimpleTrainer(steps_per_call=2), None, steps_per_epoch=4, max_epoch=1)
     assert t.jit_compile == "auto" and t.use_xla is False
-    assert any("Traced the train function in" in m for m in _messages(log_records))
+    assert any("Traced the train function in" in m for m in kt_log.at_level(logging.INFO))
 
     class XlaOnCpu(SimpleTrainer):
         auto_xla_on_cpu = True
@@ -227,12 +207,12 @@ def test_auto_is_off_on_cpu_devices_and_on_where_asked(log_records):
     t = _train(lambda jit: XlaOnCpu(steps_per_call=2), None, steps_per_epoch=4, max_epoch=1)
     assert t.use_xla is True and t.xla_region == "step"
     assert any(m.startswith("XLA: compiled the train step (forward, backward and update) in ")
-               for m in _messages(log_records))
+               for m in kt_log.at_level(logging.INFO))
     with pytest.raises(ValueError, match="jit_compile must be True, False or 'auto'"):
         SimpleTrainer(jit_compile="on")
 
 
-def test_auto_falls_back_once_with_a_warning_naming_the_op(log_records):
+def test_auto_falls_back_once_with_a_warning_naming_the_op(kt_log):
     from _models import weights_of
     from kerastrainer.train import SimpleTrainer
 
@@ -241,7 +221,7 @@ def test_auto_falls_back_once_with_a_warning_naming_the_op(log_records):
 
     t = _train(lambda jit: XlaOnCpu(steps_per_call=3), None, make_model=_py_func_model)
     assert t.use_xla is False and t.global_step == 20 and np.isfinite(t.last_step_outputs["cost"])
-    warnings = _messages(log_records, logging.WARNING)
+    warnings = kt_log.at_level(logging.WARNING)
     assert sum("XLA cannot compile the train step" in m for m in warnings) == 1, warnings
     assert any("EagerPyFunc" in m and "Training without XLA" in m for m in warnings), warnings
     # no batch was lost to the attempt: the same weights as a run without XLA
@@ -250,7 +230,7 @@ def test_auto_falls_back_once_with_a_warning_naming_the_op(log_records):
         np.testing.assert_allclose(weights_of(t)[k], v, rtol=1e-5, atol=1e-6)
 
 
-def test_a_callback_can_turn_auto_xla_off_before_the_first_step(log_records):
+def test_a_callback_can_turn_auto_xla_off_before_the_first_step(kt_log):
     from kerastrainer.callbacks import Callback
     from kerastrainer.train import SimpleTrainer
 
@@ -269,9 +249,9 @@ def test_a_callback_can_turn_auto_xla_off_before_the_first_step(log_records):
         return trainer
 
     assert train(XlaOnCpu()).use_xla is False
-    assert "XLA off (jit_compile='auto'): the test says so." in _messages(log_records)
+    assert "XLA off (jit_compile='auto'): the test says so." in kt_log.at_level(logging.INFO)
     assert train(SimpleTrainer(jit_compile=True)).use_xla is True  # True is kept, with a warning
-    assert any("XLA stays on although the test says so" in m for m in _messages(log_records, logging.WARNING))
+    assert any("XLA stays on although the test says so" in m for m in kt_log.at_level(logging.WARNING))
 
 
 def test_jit_compile_true_is_strict_and_names_the_op():
