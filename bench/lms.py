@@ -64,29 +64,16 @@ def worker(args):
         return FullyConnected("fc", GlobalAvgPooling("gap", x), 10)
 
     def resnet50(image):
-        from kerastrainer.models.resnet import resnet_backbone, resnet_bottleneck
+        from kerastrainer.models.resnet import resnet_backbone, resnet_bottleneck, resnet_stem
 
         def group(name, x, block_func, channels, count, stride):
             with tf.name_scope(name):
                 for i in range(count):  # each bottleneck block is one LMS block
                     x = lms_block(f"block{i}", block_func)(x, channels, stride if i == 0 else 1)
             return x
-        if not args.lms_stem:
-            return resnet_backbone(image, [3, 4, 6, 3], group, resnet_bottleneck, num_classes=1000)
-        # the same network with the stem (7x7 conv, BN, ReLU, max-pool: a fifth of the activations
-        # at 224 px) as one more LMS block
-        import keras
-        from kerastrainer.models import BNReLU, MaxPooling
-        from kerastrainer.models.arg_scope import argscope
-        he = keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
-        with argscope(Conv2D, use_bias=False, kernel_initializer=he):
-            x = lms_block("stem", lambda t: MaxPooling("pool0", Conv2D("conv0", t, 64, 7, strides=2,
-                                                                       activation=BNReLU), 3, strides=2,
-                                                       padding="same"))(image)
-            for i, (channels, stride) in enumerate(zip((64, 128, 256, 512), (1, 2, 2, 2))):
-                x = group(f"group{i}", x, resnet_bottleneck, channels, [3, 4, 6, 3][i], stride)
-            x = GlobalAvgPooling("gap", x)
-            return FullyConnected("linear", x, 1000, kernel_initializer=keras.initializers.RandomNormal(stddev=0.01))
+        # --lms-stem: the stem (a fifth of the activations at 224 px) as one more LMS block
+        stem = lms_block("stem", resnet_stem) if args.lms_stem else resnet_stem
+        return resnet_backbone(image, [3, 4, 6, 3], group, resnet_bottleneck, num_classes=1000, stem_func=stem)
 
     net = resnet50 if args.model == "resnet50" else convnet
 
@@ -159,14 +146,12 @@ def largest_batch(policy, args):
     lo, hi = 0, args.batch
     while hi <= args.max_search_batch and ok(hi):
         lo, hi = hi, hi * 2
-    if lo == 0:
-        return 0, probes
-    if hi > args.max_search_batch:
-        return lo, probes  # the search limit, not the memory, stopped it
+    if lo == 0 or hi > args.max_search_batch:
+        return lo  # nothing trains, or the search limit (not the memory) stopped it
     while hi - lo > max(1, lo // 16):
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo, probes
+    return lo
 
 
 def search(args, policies):
@@ -176,9 +161,9 @@ def search(args, policies):
     if args.parallel_search:  # each probe is its own capped process: the searches can share the GPU
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(len(policies)) as pool:
-            best = dict(zip(policies, (r[0] for r in pool.map(lambda pol: largest_batch(pol, args), policies))))
+            best = dict(zip(policies, pool.map(lambda pol: largest_batch(pol, args), policies)))
     else:
-        best = {pol: largest_batch(pol, args)[0] for pol in policies}
+        best = {pol: largest_batch(pol, args) for pol in policies}
     base = best.get("none", 0)
     print(f"\n{'policy':20s} {'max batch':>10s} {'x none':>8s} {'step s @none max':>17s} {'cost':>6s} "
           f"{'img/s @own max':>15s}")

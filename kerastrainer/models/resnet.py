@@ -41,7 +41,7 @@ from .conv2d import Conv2D
 from .fc import FullyConnected
 from .pool import GlobalAvgPooling, MaxPooling
 
-__all__ = ["resnet", "resnet_backbone", "resnet_group", "preact_group", "resnet_basicblock",
+__all__ = ["resnet", "resnet_backbone", "resnet_stem", "resnet_group", "preact_group", "resnet_basicblock",
            "resnet_bottleneck", "preact_basicblock", "preact_bottleneck", "resnet_shortcut",
            "RESNET_CONFIGS"]
 
@@ -134,10 +134,16 @@ def preact_group(name: str, x, block_func: Callable, channels: int, count: int, 
     return x
 
 
+def resnet_stem(image):
+    """The stem: 7x7/2 conv ``conv0`` with BN-ReLU, then the 3x3/2 max-pool ``pool0``."""
+    x = Conv2D("conv0", image, 64, 7, strides=2, activation=BNReLU)
+    return MaxPooling("pool0", x, 3, strides=2, padding="same")
+
+
 def resnet_backbone(image, num_blocks: Sequence[int], group_func: Callable, block_func: Callable,
-                    num_classes: int = 1000):
-    """Stem (7x7/2 conv, 3x3/2 max-pool), four groups (64, 128, 256, 512 channels),
-    global average pooling and the ``linear`` classifier. Returns the logits.
+                    num_classes: int = 1000, stem_func: Callable = resnet_stem):
+    """Stem (``stem_func``: 7x7/2 conv, 3x3/2 max-pool), four groups (64, 128, 256, 512
+    channels), global average pooling and the ``linear`` classifier. Returns the logits.
 
     Example::
 
@@ -147,8 +153,7 @@ def resnet_backbone(image, num_blocks: Sequence[int], group_func: Callable, bloc
         raise ValueError(f"resnet_backbone: num_blocks needs 4 entries (one per group), got {num_blocks!r}.")
     he_fan_out = keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
     with argscope(Conv2D, use_bias=False, kernel_initializer=he_fan_out):
-        x = Conv2D("conv0", image, 64, 7, strides=2, activation=BNReLU)
-        x = MaxPooling("pool0", x, 3, strides=2, padding="same")
+        x = stem_func(image)
         for i, (channels, stride) in enumerate(zip((64, 128, 256, 512), (1, 2, 2, 2))):
             x = group_func(f"group{i}", x, block_func, channels, num_blocks[i], stride)
         x = GlobalAvgPooling("gap", x)
