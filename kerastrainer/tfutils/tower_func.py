@@ -202,7 +202,7 @@ class TowerFunction:
         """
         known = {id(_inner(v)) for v in self.layer_store.named_variables().values()}
         known.update(id(_inner(v)) for v in exclude)
-        for var in getattr(self, "created_variables", ()):
+        for var in self.created_variables:
             if id(var) in known:
                 continue
             name = var.name.split(":")[0]

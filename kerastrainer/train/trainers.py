@@ -57,11 +57,15 @@ def _share_a_physical_gpu(devices: Sequence[str]) -> bool:
 
 def _named_devices(names: Sequence[str]) -> list:
     """Device names as given ('/cpu:1', '/gpu:0'), checked against this process's logical devices."""
-    have = {(d.device_type, tf.DeviceSpec.from_string(d.name).device_index) for d in tf.config.list_logical_devices()}
-    bad = [n for n in names if (tf.DeviceSpec.from_string(n).device_type,
-                                tf.DeviceSpec.from_string(n).device_index) not in have]
+    def kind_index(name):
+        spec = tf.DeviceSpec.from_string(name)
+        return spec.device_type, spec.device_index
+
+    logical = tf.config.list_logical_devices()
+    have = {kind_index(d.name) for d in logical}
+    bad = [n for n in names if kind_index(n) not in have]
     if bad:
-        avail = [d.name for d in tf.config.list_logical_devices() if d.device_type in ("CPU", "GPU")]
+        avail = [d.name for d in logical if d.device_type in ("CPU", "GPU")]
         raise ValueError(f"Towers on {list(names)} were asked for, but {bad} do not exist; the logical devices "
                          f"are {avail}. Logical CPU devices are made with "
                          "kerastrainer.utils.devices.ensure_tower_devices(n) before TensorFlow starts.")
