@@ -56,6 +56,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup-batches", type=int, default=4)
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: the number of CPUs)")
     p.add_argument("--size", default="500x375", help="JPEG width x height (default 500x375)")
+    p.add_argument("--stages", action="store_true",
+                   help="also time each stage of one image in one process (where the CPU time goes)")
     p.add_argument("--verbose", action="store_true", help="show the children's stderr")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--images-dir", help=argparse.SUPPRESS)
@@ -182,8 +184,60 @@ def child_torch(args):
             loader._iterator._shutdown_workers()
 
 
+def child_stages(args):
+    """CPU ms per image of each stage, one process, one thread, over all the JPEGs."""
+    import cv2
+    import numpy as np
+    from kerastrainer.dataflow import imgaug
+    cv2.setNumThreads(1)
+    paths = [p for p, _ in _files(args.images_dir)]
+    blobs = [np.fromfile(p, np.uint8) for p in paths]
+    plain = imgaug.DecodeRandomResizedCrop(OUT, CROP_AREA, CROP_RATIO, interp=cv2.INTER_LINEAR, color_jitter=False)
+    example = imgaug.DecodeRandomResizedCrop(OUT, CROP_AREA, CROP_RATIO, interp=cv2.INTER_CUBIC)
+    jitter = imgaug.FusedColorJitter()
+    crop = imgaug.GoogleNetRandomCropAndResize(CROP_AREA, CROP_RATIO, OUT)
+    for a in (plain, example, jitter, crop):
+        a.reset_state()
+    h, w = cv2.imdecode(blobs[0], cv2.IMREAD_COLOR).shape[:2]
+    boxes = [crop.draw_box(h, w) or (0, 0, h, w) for _ in blobs]
+    out = cv2.resize(cv2.imdecode(blobs[0], cv2.IMREAD_COLOR), (OUT, OUT))
+    stages = [
+        ("read the file (np.fromfile)", lambda i: np.fromfile(paths[i], np.uint8)),
+        ("cv2.imdecode, whole image (torch's decode)", lambda i: cv2.imdecode(blobs[i], cv2.IMREAD_COLOR)),
+        ("resize a drawn window to 224 (linear)", lambda i: cv2.resize(
+            np.empty((boxes[i][2], boxes[i][3], 3), np.uint8), (OUT, OUT))),
+        ("fused colour jitter of a 224 image", lambda i: jitter.augment(out)),
+        ("fused decode, torch's work (decode + crop + resize + flip)", lambda i: plain.decode(blobs[i])),
+        ("fused decode, the example's (cubic, jitter)", lambda i: example.decode(blobs[i])),
+    ]
+    try:
+        import tensorflow as tf
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tblobs = [tf.constant(b.tobytes()) for b in blobs]
+        stages += [
+            ("tf.io.decode_jpeg, whole image", lambda i: tf.io.decode_jpeg(tblobs[i], 3)),
+            ("tf.io.decode_and_crop_jpeg, the drawn window only", lambda i: tf.io.decode_and_crop_jpeg(
+                tblobs[i], list(boxes[i]), 3)),
+        ]
+    except ImportError:
+        pass
+    rows = []
+    for name, fn in stages:
+        for i in range(len(blobs)):   # warm-up pass
+            fn(i)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.process_time()
+            for i in range(len(blobs)):
+                fn(i)
+            best = min(best, (time.process_time() - t0) / len(blobs) * 1000)
+        rows.append((name, best))
+    C.emit_result(value=0.0, stages=rows)
+
+
 CHILDREN = {"example-fused": lambda a: child_example(a, True), "example-full": lambda a: child_example(a, False),
-            "fused-plain": child_fused_plain, "torch": child_torch}
+            "fused-plain": child_fused_plain, "torch": child_torch, "stages": child_stages}
 
 
 # ============================================================================
@@ -221,6 +275,12 @@ def main(argv=None) -> None:
               f"{args.workers} workers; {args.batches} timed batches after {args.warmup_batches}; "
               f"{args.repeats} interleaved repeats", flush=True)
         C.run_interleaved(systems, args.repeats, args.verbose)
+        stages = None
+        if args.stages:
+            try:
+                stages = C.run_child(cmd(sys.executable, "stages"), timeout=600, verbose=args.verbose)
+            except C.ChildFailed as e:
+                stages = {"error": str(e)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
@@ -241,6 +301,13 @@ def main(argv=None) -> None:
           f"{C.fmt(ratio(cpu[3], cpu[2]))}x less CPU per image")
     print(f"CPU-time basis (robust to other load), torch CPU ms/image / example fused: "
           f"{C.fmt(ratio(cpu[3], cpu[0]))}x", flush=True)
+    if stages is not None:
+        print(f"\nwhere the CPU time goes: best of 3 passes over the {NUM_JPEGS} JPEGs, one process, one thread")
+        if "stages" not in stages:
+            print(f"  FAILED: {stages.get('error', stages)}")
+        else:
+            for name, ms in stages["stages"]:
+                print(f"  {name:60s} {ms:6.3f} CPU ms/image")
 
 
 if __name__ == "__main__":

@@ -596,3 +596,39 @@ def test_workers_use_opencv_after_the_parent_used_its_thread_pool():
     """)
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
+
+
+
+def _huge_page_advice() -> bool:
+    """Whether numpy advises huge pages for its large arrays in this process."""
+    from numpy._core import multiarray
+    before = multiarray._set_madvise_hugepage(False)
+    multiarray._set_madvise_hugepage(before)   # read it without changing it
+    return bool(before)
+
+
+class HugePageAdvice(DataFlow):
+    def __iter__(self):
+        while True:
+            yield [np.array(_huge_page_advice())]
+
+
+@pytest.mark.parametrize("make", PROCESS_RUNNERS + [
+    pytest.param(lambda ds, n: MultiProcessMapDataZMQ(Numbers(10 ** 6), n, lambda dp: [np.array(_huge_page_advice())]),
+                 id="zmq-map")])
+def test_workers_make_batches_without_huge_pages(make):
+    # numpy's huge-page advice made the kernel zero fresh 2 MiB pages for every batch a worker
+    # built and dropped; the workers turn it off, the parent keeps its own setting
+    multiarray = pytest.importorskip("numpy._core.multiarray")
+    parent = multiarray._set_madvise_hugepage(True)
+    try:
+        r = make(HugePageAdvice(), 2)
+        r.reset_state()
+        try:
+            flags = [bool(dp[0]) for _, dp in zip(range(6), r)]
+        finally:
+            r.close()
+        assert flags == [False] * 6
+        assert _huge_page_advice() is True
+    finally:
+        multiarray._set_madvise_hugepage(parent)

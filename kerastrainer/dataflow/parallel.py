@@ -63,7 +63,7 @@ import zmq
 
 from ..utils import logger
 from ..utils.concurrency import (StoppableThread, opencv_threads_idle, describe_exitcode, die_with_parent, mp_fork_context,
-                                 stop_processes)
+                                 no_numpy_huge_pages, stop_processes)
 from .base import DataFlow, DataFlowReentrantGuard
 from .wire import DEFAULT_MAX_MESSAGE_BYTES, check_message_size, dumps_frames, loads_frames, message_nbytes
 
@@ -167,9 +167,11 @@ def _on_main_thread() -> bool:
 
 
 def _worker_prologue(parent_pid: int, use_pdeathsig: bool) -> None:
-    """First thing in a forked worker: die with the parent; leave Ctrl-C to the parent."""
+    """First thing in a forked worker: die with the parent; leave Ctrl-C to the parent;
+    no huge pages for the batches it makes and drops."""
     die_with_parent(parent_pid, use_pdeathsig)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    no_numpy_huge_pages()
 
 
 class WorkerProcesses:

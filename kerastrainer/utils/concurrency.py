@@ -183,6 +183,22 @@ def opencv_threads_idle():
         set_threads(n)
 
 
+def no_numpy_huge_pages() -> bool:
+    """Stop numpy from asking for transparent huge pages for its large arrays, in this process.
+
+    numpy advises huge pages for every array of 4 MiB or more. A DataFlow worker makes a new
+    batch, copies it out and drops it, so the kernel zeroes fresh 2 MiB pages for each one:
+    10-20% of a JPEG worker's CPU time (``bench/jpeg_pipeline.py``). Returns whether it acted.
+    """
+    import numpy as np
+    core = getattr(np, "_core", None) or getattr(np, "core", None)
+    setter = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+    if setter is None:
+        return False
+    setter(False)
+    return True
+
+
 def mp_fork_context():
     """The multiprocessing context DataFlow workers use: ``fork`` where it exists.
 
