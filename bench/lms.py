@@ -46,6 +46,9 @@ def worker(args):
             tf.config.set_logical_device_configuration(
                 gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=args.memory_limit_mb)])
     from kerastrainer.lms import LMS, lms_block
+    if args.gate_chained_above is not None:
+        from kerastrainer.lms import recompute
+        recompute.GATE_CHAINED_ABOVE = args.gate_chained_above
     from kerastrainer.models import BatchNorm, Conv2D, FullyConnected, GlobalAvgPooling
     from kerastrainer.tfutils import LayerStore
     from kerastrainer.tfutils.tower import TowerContext
@@ -116,7 +119,8 @@ def run(policy, args, batch=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", policy, "--batch", str(batch or args.batch),
            "--size", str(args.size), "--blocks", str(args.blocks), "--steps", str(args.steps),
            "--model", args.model, "--memory-limit-mb", str(args.memory_limit_mb or 0)] + \
-        (["--gpu"] if args.gpu else []) + (["--lms-stem"] if args.lms_stem else [])
+        (["--gpu"] if args.gpu else []) + (["--lms-stem"] if args.lms_stem else []) + \
+        ([] if args.gate_chained_above is None else ["--gate-chained-above", str(args.gate_chained_above)])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (ROOT, os.environ.get("PYTHONPATH")) if x))
     if not args.gpu and args.memory_limit_mb:
         env.update(TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPU_BFC_MEM_LIMIT_IN_MB=str(args.memory_limit_mb))
@@ -128,7 +132,7 @@ def run(policy, args, batch=None):
     if not lines:
         text = out.stderr + out.stdout
         oom = "ResourceExhausted" in text or "OOM" in text or "out of memory" in text.lower()
-        return {"ok": False, "error": "out of memory" if oom else text[-500:]}
+        return {"ok": False, "error": "out of memory" if oom else f"exit code {out.returncode}: {text[-500:]}"}
     return json.loads(lines[-1].split(None, 1)[1])
 
 
@@ -222,6 +226,9 @@ def main():
                    help="search the policies' largest batches at the same time (GPU: the probes share it, each "
                         "under its own cap; the step times are then measured one at a time)")
     p.add_argument("--lms-stem", action="store_true", help="resnet50: the stem is an LMS block too")
+    p.add_argument("--gate-chained-above", type=float, default=None,
+                   help="set kerastrainer.lms.recompute.GATE_CHAINED_ABOVE (1e9: every chained block "
+                        "recomputes ungated, as before 2026-11-23)")
     p.add_argument("--policies", default=None, help=f"comma-separated, of {POLICIES}")
     args = p.parse_args()
     if args.worker:

@@ -39,6 +39,13 @@ __all__ = ["BlockConfig", "run_block", "MODES", "LMSBlockError"]
 
 MODES = ("recompute", "offload", "offload+recompute")
 
+# A chained block (see _chained) whose forward makes at most this many floating-point elements
+# besides its outputs, per output element, recomputes ungated: grappler then merges its recompute
+# with the segment's remade forward, so it costs nothing more (a Dense layer makes 2). A block
+# that makes more (a ResNet bottleneck block: 7.5-16) waits for its own gradient, else a whole
+# segment's internals would be alive at once (ResNet-50 at 224 px: 58 against 36 MB per image).
+GATE_CHAINED_ABOVE = 4.0
+
 
 class LMSBlockError(TypeError):
     """A block that LMS cannot wrap (keyword tensors, no tensor input, non-tensor outputs...)."""
@@ -186,9 +193,12 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
         back = []
         for p, x in enumerate(xs):
             if links and p in links:
-                back.append(prev_outs[links[p]])  # not kept: the previous block makes it again
-                continue
-            # grappler must keep the gate, else the recompute may run during the forward pass
+                x = prev_outs[links[p]]  # not kept: the previous block makes it again
+                if rec.get("inner_ratio", 0.0) <= GATE_CHAINED_ABOVE:
+                    back.append(x)
+                    continue
+            # the gate holds the recompute until this block's own gradient exists; grappler must
+            # keep it, else the recompute may run during the forward pass
             with tf.control_dependencies(dys):
                 back.append(keep_in_graph(tf.identity(x, name="lms_recompute_gate")))
         return back
@@ -212,20 +222,19 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
 
     @tf.custom_gradient
     def block(*ts):
+        n0 = 0 if eager else len(graph.get_operations())
         if record:
-            n0 = 0 if eager else len(graph.get_operations())
             with tf.GradientTape() as tape:
                 tape.watch([t for t in ts if _is_float(t)])
                 out = call(*ts)
-            flat = _flat_outputs(name, out)
-            fwd_ops = [] if eager else graph.get_operations()[n0:]
-        else:
-            if eager:
-                with _stop_recording():
-                    out = call(*ts)
-            else:
+        elif eager:
+            with _stop_recording():
                 out = call(*ts)
-            flat = _flat_outputs(name, out)
+        else:
+            out = call(*ts)
+        flat = _flat_outputs(name, out)
+        fwd_ops = [] if eager else graph.get_operations()[n0:]
+        rec["inner_ratio"] = _inner_ratio(fwd_ops, flat)
         out_struct.append(out)
 
         def grad(*dys, variables=None):
@@ -276,6 +285,21 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
     if state is not None:
         rec["out_keys"] = [_key(t) for t in tf.nest.flatten(flat_out)]
     return tf.nest.pack_sequence_as(out_struct[0], flat_out)
+
+
+def _elements(t) -> int:
+    n = 1
+    for d in (t.shape.as_list() if t.shape.rank is not None else [1]):
+        n *= d or 1   # an unknown (batch) dimension counts as 1 on both sides of the ratio
+    return n
+
+
+def _inner_ratio(ops, outputs) -> float:
+    """Floating-point elements the block makes besides its outputs, per output element."""
+    out_keys = {_key(t) for t in outputs}
+    inner = sum(_elements(t) for op in ops if op.type not in ("ReadVariableOp", "Const", "Identity")
+                for t in op.outputs if _is_float(t) and _key(t) not in out_keys)
+    return inner / max(1, sum(_elements(t) for t in outputs))
 
 
 def _key(t) -> tuple:
