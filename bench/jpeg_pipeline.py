@@ -15,6 +15,11 @@ Rows (each system in its own fresh process; interleaved; 3 repeats; medians):
 - PyTorch DataLoader(batch_size=64, num_workers=N): np.fromfile + cv2.imdecode, random
   crop of 8-100% of the area with aspect ratio 3/4-4/3, cv2.resize to 224 (INTER_LINEAR),
   random horizontal flip (bench venv).
+- (info) torch's work with numpy's huge-page advice left on in the workers, as before
+  2026-11-23: numpy advises transparent huge pages for arrays >= 4 MiB, so the kernel zeroed
+  fresh 2 MiB pages for every batch a worker built and dropped.
+
+``--stages`` also times each stage of one image in one process (where the CPU time goes).
 
 Note that the example's rows also do the colour jitter, which the torch row does not.
 OpenCV is single-threaded everywhere (``cv2.setNumThreads(1)``): N workers on N cores.
@@ -138,7 +143,7 @@ def child_example(args, fused: bool):
                                     meta_dir=args.images_dir, fused_decode=fused), args)
 
 
-def child_fused_plain(args):
+def child_fused_plain(args, huge_pages: bool = False):
     import cv2
     import numpy as np
     from kerastrainer.dataflow import BatchData, DataFromList, MapData, MultiProcessRunnerZMQ, imgaug
@@ -148,6 +153,9 @@ def child_fused_plain(args):
     def load(dp):
         return [aug.decode(np.fromfile(dp[0], np.uint8), name=dp[0]), np.int32(dp[1])]
 
+    if huge_pages:  # as before 2026-11-23: the workers keep numpy's huge-page advice
+        from kerastrainer.dataflow import parallel
+        parallel.no_numpy_huge_pages = lambda: None
     ds = BatchData(MapData(DataFromList(_files(args.images_dir), shuffle=True), load), BATCH, remainder=False)
     _run_kt(MultiProcessRunnerZMQ(ds, num_proc=args.workers), args)
 
@@ -237,7 +245,8 @@ def child_stages(args):
 
 
 CHILDREN = {"example-fused": lambda a: child_example(a, True), "example-full": lambda a: child_example(a, False),
-            "fused-plain": child_fused_plain, "torch": child_torch, "stages": child_stages}
+            "fused-plain": child_fused_plain, "torch": child_torch, "stages": child_stages,
+            "fused-plain-huge-pages": lambda a: child_fused_plain(a, huge_pages=True)}
 
 
 # ============================================================================
@@ -270,6 +279,8 @@ def main(argv=None) -> None:
             C.System("kerastrainer fused, torch's work (no jitter, linear)", cmd(sys.executable, "fused-plain")),
             C.System("PyTorch DataLoader (cv2 decode + crop + flip)", cmd(venv, "torch"),
                      why="no .bench-venv (run bash bench/setup_env.sh)"),
+            C.System("(info) torch's work, workers with numpy's huge-page advice (before)",
+                     cmd(sys.executable, "fused-plain-huge-pages")),
         ]
         print(f"\n-- {NUM_JPEGS} JPEGs {width}x{height} (mean {kib:.0f} KiB) -> {OUT}x{OUT} uint8, batch {BATCH}, "
               f"{args.workers} workers; {args.batches} timed batches after {args.warmup_batches}; "
@@ -286,7 +297,7 @@ def main(argv=None) -> None:
     print()
     print(C.results_table(systems, "value", "images/s", systems[0].name,
                           extra=[("CPU ms / image", "cpu_ms_per_image")]))
-    fused, full, plain, torch_ = (C.median_of(s, "value") for s in systems)
+    fused, full, plain, torch_, _ = (C.median_of(s, "value") for s in systems)
     cpu = [C.median_of(s, "cpu_ms_per_image") for s in systems]
 
     def ratio(a, b):
@@ -301,6 +312,8 @@ def main(argv=None) -> None:
           f"{C.fmt(ratio(cpu[3], cpu[2]))}x less CPU per image")
     print(f"CPU-time basis (robust to other load), torch CPU ms/image / example fused: "
           f"{C.fmt(ratio(cpu[3], cpu[0]))}x", flush=True)
+    print(f"workers without / with numpy's huge-page advice (torch's work): {C.fmt(ratio(cpu[4], cpu[2]))}x less "
+          "CPU per image", flush=True)
     if stages is not None:
         print(f"\nwhere the CPU time goes: best of 3 passes over the {NUM_JPEGS} JPEGs, one process, one thread")
         if "stages" not in stages:
