@@ -146,12 +146,8 @@ _PEAK_SCRIPT = textwrap.dedent("""
     os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     import tensorflow as tf
-    from kerastrainer.lms import LMS, lms_block
-    from kerastrainer.models import Conv2D
-    from kerastrainer.tfutils import LayerStore
-    from kerastrainer.tfutils.tower import TowerContext
-
-    from kerastrainer.tfutils import get_variable
+    from kerastrainer.lms import LMS
+    from kerastrainer.tfutils import LayerStore, get_variable
 
     def block(x):
         # elementwise layers: every activation is kept for the backward pass, no conv workspace
@@ -160,13 +156,11 @@ _PEAK_SCRIPT = textwrap.dedent("""
             x = tf.tanh(x * w + 0.1)
         return x
 
+    sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+    from test_lms import _chain_grads
+
     def step(store, x):
-        with TowerContext("tower0", is_training=True, layer_store=store):
-            with tf.GradientTape() as tape:
-                for i in range(8):
-                    x = lms_block("b%d" % i, block)(x)
-                cost = tf.reduce_mean(tf.square(x))
-            return tape.gradient(cost, store.trainable_variables_list)
+        return _chain_grads(store, block, x, blocks=8)
 
     store = LayerStore()
     x = tf.random.normal([256, 4096])
@@ -210,10 +204,11 @@ def _wide(x):   # a bottleneck the other way round: widens 8x inside (~17 elemen
     return x + tf.tanh(x @ w1) @ w2
 
 
-def _chain_grads(store, body, x):
+def _chain_grads(store, body, x, blocks=9):
+    """The gradients of mean(square(body applied ``blocks`` times, each an LMS block))."""
     with TowerContext("tower0", is_training=True, layer_store=store):
         with tf.GradientTape() as tape:
-            for i in range(9):
+            for i in range(blocks):
                 x = lms_block("b%d" % i, body)(x)
             cost = tf.reduce_mean(tf.square(x))
         return tape.gradient(cost, store.trainable_variables_list)
