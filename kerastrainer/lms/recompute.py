@@ -43,7 +43,7 @@ MODES = ("recompute", "offload", "offload+recompute")
 # besides its outputs, per output element, recomputes ungated: grappler then merges its recompute
 # with the segment's remade forward, so it costs nothing more (a Dense layer makes 2). A block
 # that makes more (a ResNet bottleneck block: 7.5-16) waits for its own gradient, else a whole
-# segment's internals would be alive at once (ResNet-50 at 224 px: 58 against 36 MB per image).
+# segment's internals would be alive at once (ResNet-50 at 224 px: 58 against 36-45 MB per image).
 GATE_CHAINED_ABOVE = 4.0
 
 
