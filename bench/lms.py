@@ -67,16 +67,12 @@ def worker(args):
         return FullyConnected("fc", GlobalAvgPooling("gap", x), 10)
 
     def resnet50(image):
-        from kerastrainer.models.resnet import resnet_backbone, resnet_bottleneck, resnet_stem
-
-        def group(name, x, block_func, channels, count, stride):
-            with tf.name_scope(name):
-                for i in range(count):  # each bottleneck block is one LMS block
-                    x = lms_block(f"block{i}", block_func)(x, channels, stride if i == 0 else 1)
-            return x
+        # the zoo's groups make each bottleneck block an LMS block ('group0/block0', ...)
+        from kerastrainer.models.resnet import resnet_backbone, resnet_bottleneck, resnet_group, resnet_stem
         # --lms-stem: the stem (a fifth of the activations at 224 px) as one more LMS block
         stem = lms_block("stem", resnet_stem) if args.lms_stem else resnet_stem
-        return resnet_backbone(image, [3, 4, 6, 3], group, resnet_bottleneck, num_classes=1000, stem_func=stem)
+        return resnet_backbone(image, [3, 4, 6, 3], resnet_group, resnet_bottleneck, num_classes=1000,
+                               stem_func=stem)
 
     net = resnet50 if args.model == "resnet50" else convnet
 

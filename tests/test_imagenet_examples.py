@@ -172,6 +172,16 @@ def test_modeldesc_fake_mode(tmp_path):
     assert checkpoint_steps(logdir) == [2]
 
 
+@pytest.mark.slow
+def test_modeldesc_fake_mode_with_lms_recomputes_the_residual_blocks(tmp_path):
+    logdir = str(tmp_path / "lms")
+    out = run_script([MODELDESC_SCRIPT, "--fake", "--depth", 18, "--batch", 2, "--image-size", 32,
+                      "--steps-per-epoch", 2, "--epochs", 1, "--logdir", logdir, "--lms", "recompute"])
+    assert "Training has finished" in out
+    assert "8 block(s) found; 8 handled (group0/block0=recompute" in out, out[-3000:]
+    assert np.isfinite(read_stats(logdir)[-1]["cost"])
+
+
 def test_multiworker_trainers_fail_clearly_when_unavailable(tmp_path):
     try:
         import horovod.tensorflow  # noqa: F401

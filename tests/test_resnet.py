@@ -126,3 +126,34 @@ def test_resnet18_train_step_reduces_loss():
         last = float(step())
     assert last < first
     assert len(store.named_variables()) == len(params) + 2 * 20  # + BN moving stats, no new vars
+
+
+@pytest.mark.parametrize("mode", ["resnet", "preact"])
+def test_blocks_are_lms_blocks_with_unchanged_gradients(mode):
+    # each residual block is an LMS block: LMS recomputes them by name, the gradients stay the same
+    from kerastrainer.lms import LMS
+    image = tf.random.stateless_normal([2, 32, 32, 3], seed=[3, 4])
+    label = tf.constant([1, 7])
+    store, _ = build(18, mode, num_classes=10, image=image)
+    store.allow_create = False
+
+    def grads():
+        with TowerContext("tower0", is_training=True, layer_store=store):
+            with tf.GradientTape() as tape:
+                logits = resnet(image, 18, num_classes=10, mode=mode)
+                cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits))
+            return tape.gradient(cost, store.trainable_variables_list)
+
+    moving = {k: v.numpy() for k, v in store.named_variables().items() if not v.trainable}
+    ref = tf.function(grads, autograph=False)()
+    for k, v in moving.items():  # the same BatchNorm statistics for the second run
+        store.named_variables()[k].assign(v)
+    lms = LMS("recompute", blocks=["group*"])
+    lms.apply(store)
+    try:
+        got = tf.function(grads, autograph=False)()
+    finally:
+        lms.remove()
+    assert sorted(lms.seen_blocks) == sorted(f"group{g}/block{b}" for g in range(4) for b in range(2))
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)

@@ -121,6 +121,8 @@ def main(argv=None):
     parser.add_argument("--depth", type=int, default=50, choices=[18, 34, 50, 101, 152])
     parser.add_argument("--mode", choices=["resnet", "preact"], default="resnet")
     parser.add_argument("--trainer", choices=["replicated", "ps", "multiworker", "horovod"], default="replicated")
+    parser.add_argument("--lms", choices=["recompute", "offload", "offload+recompute", "auto"],
+                        help="large model support: each residual block is an LMS block (docs/lms.md)")
     args = parser.parse_args(argv)
     U.check_data_args(args)
 
@@ -160,6 +162,9 @@ def main(argv=None):
     steps = U.steps_per_epoch_for(args, total_batch)
     callbacks = [ModelSaver(max_to_keep=5), ThroughputTracker(samples_per_step=total_batch)] + callbacks \
         + U.lr_callbacks(total_batch, steps, args.warmup_epochs)
+    if args.lms:
+        from kerastrainer import LMS
+        callbacks.append(LMS(args.lms))
     config = AutoResumeTrainConfig(model=model, dataflow=train, callbacks=callbacks, steps_per_epoch=steps,
                                    max_epoch=args.epochs, session_init=args.load)
     launch_train_with_config(config, trainer)

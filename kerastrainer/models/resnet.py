@@ -116,20 +116,23 @@ def preact_bottleneck(x, channels: int, stride: int, preact: bool):
 
 
 def resnet_group(name: str, x, block_func: Callable, channels: int, count: int, stride: int):
-    """``count`` blocks under scope ``name``; the first one strides."""
+    """``count`` blocks under scope ``name``; the first one strides. Each block is an LMS block
+    (``'group0/block1'``...): under an active :class:`~kerastrainer.lms.LMS` it can be
+    recomputed or offloaded; otherwise it is a plain call in its name scope."""
+    from ..lms.blocks import lms_block   # here: kerastrainer.lms imports the models package
     with tf.name_scope(name):
         for i in range(count):
-            with tf.name_scope(f"block{i}"):
-                x = block_func(x, channels, stride if i == 0 else 1)
+            x = lms_block(f"block{i}", block_func)(x, channels, stride if i == 0 else 1)
     return x
 
 
 def preact_group(name: str, x, block_func: Callable, channels: int, count: int, stride: int):
-    """Pre-activation blocks under scope ``name``, then ``bnlast`` (BN-ReLU)."""
+    """Pre-activation blocks under scope ``name`` (LMS blocks, as in :func:`resnet_group`), then
+    ``bnlast`` (BN-ReLU)."""
+    from ..lms.blocks import lms_block
     with tf.name_scope(name):
         for i in range(count):
-            with tf.name_scope(f"block{i}"):
-                x = block_func(x, channels, stride if i == 0 else 1, i > 0)
+            x = lms_block(f"block{i}", block_func)(x, channels, stride if i == 0 else 1, i > 0)
         x = BNReLU("bnlast", x)
     return x
 
