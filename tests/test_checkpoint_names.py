@@ -294,6 +294,38 @@ def test_atomic_files_follow_the_umask(tmp_path):
     assert os.stat(tmp_path / "b.json").st_mode & 0o777 == 0o640
 
 
+def test_atomic_write_has_no_temporary_name_while_writing(tmp_path, monkeypatch):
+    # a process killed mid-write (SIGKILL while saving) must not leave '.checkpoint.*.tmp' behind:
+    # the data is written to a nameless O_TMPFILE, named only once it is on disk
+    from kerastrainer.callbacks import fileio
+    if fileio._nameless_until_whole(str(tmp_path), "probe", b"", 0o644) is None:
+        pytest.skip("no O_TMPFILE on this file system")
+    for f in os.listdir(tmp_path):
+        os.unlink(tmp_path / f)
+    seen = []
+    real = fileio._write_all
+
+    def spy(fd, data, mode):
+        seen.append(sorted(os.listdir(tmp_path)))
+        real(fd, data, mode)
+    monkeypatch.setattr(fileio, "_write_all", spy)
+    fileio.atomic_write_text(str(tmp_path / "checkpoint"), "old")
+    fileio.atomic_write_text(str(tmp_path / "checkpoint"), "new")
+    assert seen == [[], ["checkpoint"]]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint"] and (tmp_path / "checkpoint").read_text() == "new"
+
+
+def test_model_saver_removes_temporaries_a_killed_save_left(tmp_path):
+    # where O_TMPFILE is missing, a kill between naming and renaming can leave one behind
+    logdir = tmp_path / "a"
+    _train(str(logdir), Swappable())
+    for name in (".checkpoint.1a2b3c.tmp", ".notes.txt.1a2b3c.tmp"):
+        (logdir / name).write_text("x")
+    _train(str(logdir), Swappable(), epochs=2)
+    left = [f for f in os.listdir(logdir) if f.endswith(".tmp")]
+    assert left == [".notes.txt.1a2b3c.tmp"]   # only the pointer's own temporaries are removed
+
+
 def test_stats_and_pointer_are_readable_by_others(tmp_path):
     from kerastrainer.callbacks import JSONWriter
     old = os.umask(0o022)

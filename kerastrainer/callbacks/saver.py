@@ -44,7 +44,7 @@ from ..tfutils.checkpoint_files import (CHECKPOINT_PREFIX, POINTER_FILE as _POIN
 from ..tfutils.varmanip import FORMAT_KEY, NonFiniteWeightsError, nonfinite_names, write_checkpoint
 from ..utils import logger
 from .base import Callback
-from .fileio import atomic_write_text
+from .fileio import atomic_write_text, remove_stale_temporaries
 
 __all__ = ["ModelSaver", "MinSaver", "MaxSaver", "latest_checkpoint", "CHECKPOINT_PREFIX"]
 
@@ -163,6 +163,7 @@ class ModelSaver(Callback):
             return
         for stale in glob.glob(os.path.join(glob.escape(self.checkpoint_dir), _TMP_DIR_PREFIX + "*")):
             shutil.rmtree(stale, ignore_errors=True)  # left by a crash mid-save
+        remove_stale_temporaries(os.path.join(self.checkpoint_dir, _POINTER))
         self._kept, self._last_preserved = [], time.time()
         state = _read_pointer(self.checkpoint_dir)
         if state is not None:
