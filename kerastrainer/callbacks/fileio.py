@@ -9,6 +9,7 @@ Example::
 """
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 from typing import Optional
@@ -120,7 +121,6 @@ def _write_all(fd: int, data: bytes, mode: int) -> None:
 
 def remove_stale_temporaries(path: str) -> None:
     """Remove the temporary files a killed :func:`atomic_write_bytes` of ``path`` left behind."""
-    import glob
     d, name = os.path.split(os.path.abspath(path))
     for tmp in glob.glob(os.path.join(glob.escape(d), f".{glob.escape(name)}.*.tmp")):
         try:

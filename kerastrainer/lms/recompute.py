@@ -233,8 +233,9 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
         else:
             out = call(*ts)
         flat = _flat_outputs(name, out)
-        fwd_ops = [] if eager else graph.get_operations()[n0:]
-        rec["inner_ratio"] = _inner_ratio(fwd_ops, flat)
+        fwd_ops = [] if eager or not (record or mode == "recompute") else graph.get_operations()[n0:]
+        if mode == "recompute":   # only a chained recompute reads it (backward_inputs)
+            rec["inner_ratio"] = _inner_ratio(fwd_ops, flat)
         out_struct.append(out)
 
         def grad(*dys, variables=None):
