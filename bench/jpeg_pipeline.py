@@ -212,6 +212,10 @@ def child_stages(args):
     stages = [
         ("read the file (np.fromfile)", lambda i: np.fromfile(paths[i], np.uint8)),
         ("cv2.imdecode, whole image (torch's decode)", lambda i: cv2.imdecode(blobs[i], cv2.IMREAD_COLOR)),
+        # at 1/8 scale the IDCT keeps only the DC term: what is left is mostly entropy decoding,
+        # which every libjpeg decode of the file pays, whatever window or scale it keeps
+        ("cv2.imdecode at 1/8 scale (~ the entropy-decoding floor)",
+         lambda i: cv2.imdecode(blobs[i], cv2.IMREAD_REDUCED_COLOR_8)),
         ("resize a drawn window to 224 (linear)", lambda i: cv2.resize(
             np.empty((boxes[i][2], boxes[i][3], 3), np.uint8), (OUT, OUT))),
         ("fused colour jitter of a 224 image", lambda i: jitter.augment(out)),
@@ -227,6 +231,12 @@ def child_stages(args):
             ("tf.io.decode_jpeg, whole image", lambda i: tf.io.decode_jpeg(tblobs[i], 3)),
             ("tf.io.decode_and_crop_jpeg, the drawn window only", lambda i: tf.io.decode_and_crop_jpeg(
                 tblobs[i], list(boxes[i]), 3)),
+            # libjpeg stops after the window's last row: rows below it cost nothing, rows above
+            # still need their entropy decoding
+            ("tf.io.decode_and_crop_jpeg, top quarter of the rows", lambda i: tf.io.decode_and_crop_jpeg(
+                tblobs[i], [0, 0, h // 4, w], 3)),
+            ("tf.io.decode_and_crop_jpeg, bottom quarter of the rows", lambda i: tf.io.decode_and_crop_jpeg(
+                tblobs[i], [h - h // 4, 0, h // 4, w], 3)),
         ]
     except ImportError:
         pass
