@@ -315,6 +315,21 @@ def test_atomic_write_has_no_temporary_name_while_writing(tmp_path, monkeypatch)
     assert sorted(os.listdir(tmp_path)) == ["checkpoint"] and (tmp_path / "checkpoint").read_text() == "new"
 
 
+def test_atomic_write_on_a_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    import errno
+    from kerastrainer.callbacks import fileio
+    path = str(tmp_path / "stats.json")
+    fileio.atomic_write_text(path, "[1]")
+
+    def full(fd, data, mode):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))   # what os.write says: no file name
+    monkeypatch.setattr(fileio, "_write_all", full)
+    with pytest.raises(OSError, match=r"No space left on device: '.*stats\.json'") as info:
+        fileio.atomic_write_text(path, "[1, 2]")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == path
+    assert os.listdir(tmp_path) == ["stats.json"] and (tmp_path / "stats.json").read_text() == "[1]"
+
+
 def test_model_saver_removes_temporaries_a_killed_save_left(tmp_path):
     # where O_TMPFILE is missing, a kill between naming and renaming can leave one behind
     logdir = tmp_path / "a"

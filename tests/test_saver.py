@@ -9,6 +9,7 @@ import pytest
 from kerastrainer.callbacks import (Callback, MaxSaver, MinSaver, ModelSaver, PeriodicTrigger,
                                     StopTraining, TerminateOnNonFinite, latest_checkpoint)
 from kerastrainer.callbacks import saver as saver_mod
+from kerastrainer.tfutils import CheckpointWriteError
 from kerastrainer.utils import logger
 
 from test_callbacks import MiniTrainer
@@ -254,3 +255,45 @@ def test_min_saver_without_stat_or_checkpoint(tf, logdir, kt_log):
     with pytest.raises(RuntimeError, match="Put a ModelSaver before it"):
         MiniTrainer([PutValErr({1: 0.1}), MinSaver("val/error", checkpoint_dir=other)],
                     steps_per_epoch=1, max_epoch=1).train()
+
+
+def test_disk_full_is_a_clear_error_and_loses_nothing(tf, logdir, monkeypatch):
+    import errno
+    logger.set_logger_dir(logdir)
+    real_write, calls = ModelSaver._write, []
+
+    def write(self, prefix):
+        calls.append(int(self.global_step))
+        if self.global_step >= 4:
+            with open(prefix + ".data-00000-of-00001", "wb") as f:
+                f.write(b"half")                  # part of the data made it before the disk filled
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(self, prefix)
+
+    monkeypatch.setattr(ModelSaver, "_write", write)
+    with pytest.raises(CheckpointWriteError) as info:
+        MiniTrainer([ModelSaver()], steps_per_epoch=2, max_epoch=3).train()
+    msg = str(info.value)
+    assert "could not write checkpoint-4" in msg and "No space left on device" in msg
+    assert "stays " + os.path.join(logdir, "checkpoint-2") in msg and "free there" in msg
+    assert isinstance(info.value, OSError)
+    assert calls == [2, 4]            # the end of training does not try the failed save again
+    assert os.path.basename(latest_checkpoint(logdir)) == "checkpoint-2"
+    assert not glob.glob(os.path.join(logdir, ".tmp-save-*")) and not glob.glob(os.path.join(logdir, "*-4.*"))
+
+
+def test_pointer_write_failure_removes_the_unlisted_checkpoint(tf, logdir, monkeypatch):
+    import errno
+    logger.set_logger_dir(logdir)
+    real_pointer = saver_mod._write_pointer
+
+    def pointer(directory, latest, kept, last_preserved):
+        if latest.endswith("-4"):
+            raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+        real_pointer(directory, latest, kept, last_preserved)
+
+    monkeypatch.setattr(saver_mod, "_write_pointer", pointer)
+    with pytest.raises(CheckpointWriteError, match="could not write checkpoint-4.*File too large"):
+        MiniTrainer([ModelSaver()], steps_per_epoch=2, max_epoch=3).train()
+    assert ckpt_steps(logdir) == [2]   # the files of checkpoint-4 went with the failed save
+    assert os.path.basename(latest_checkpoint(logdir)) == "checkpoint-2"

@@ -56,7 +56,13 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     ``open`` (``mkstemp`` alone would make it 0600).
     """
     d = os.path.dirname(os.path.abspath(path))
-    tmp = _flushed_temporary(d, os.path.basename(path), data)
+    try:
+        tmp = _flushed_temporary(d, os.path.basename(path), data)
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        # os.write's error names no file: "[Errno 28] No space left on device: 'stats.json'"
+        raise OSError(e.errno, e.strerror, path) from e
     try:
         os.replace(tmp, path)
     except BaseException:

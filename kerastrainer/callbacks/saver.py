@@ -41,7 +41,8 @@ from typing import List, Optional, Tuple
 
 from ..tfutils.checkpoint_files import (CHECKPOINT_PREFIX, POINTER_FILE as _POINTER, checkpoint_exists as _exists,
                                        latest_checkpoint, read_pointer as _read_pointer)
-from ..tfutils.varmanip import FORMAT_KEY, NonFiniteWeightsError, nonfinite_names, write_checkpoint
+from ..tfutils.varmanip import (FORMAT_KEY, CheckpointWriteError, NonFiniteWeightsError, nonfinite_names,
+                                write_checkpoint)
 from ..utils import logger
 from .base import Callback
 from .fileio import atomic_write_text, remove_stale_temporaries
@@ -82,6 +83,18 @@ def _remove_prefix(prefix: str) -> None:
             os.remove(f)
         except OSError as e:
             logger.warn("Could not remove old checkpoint file %s: %s", f, e)
+
+
+def _is_write_failure(err: BaseException) -> bool:
+    """An error of the file system or of TF's checkpoint I/O (ENOSPC, EFBIG, EACCES, ...)."""
+    if isinstance(err, OSError):
+        return True
+    import tensorflow as tf
+    return isinstance(err, tf.errors.OpError)
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{max(1, nbytes // 1024)} KiB"
 
 
 def _publish_files(tmp_prefix: str, final_prefix: str) -> None:
@@ -138,6 +151,7 @@ class ModelSaver(Callback):
         self._kept: List[Tuple[str, float]] = []   # (relative prefix, timestamp), oldest first
         self._last_preserved = 0.0
         self._last_saved_step: Optional[int] = None
+        self._failed_step: Optional[int] = None
         self._start_step: Optional[int] = None
 
     # --- set-up ---------------------------------------------------------------------------------
@@ -158,7 +172,7 @@ class ModelSaver(Callback):
 
     def _before_train(self):
         self._start_step = int(self.global_step)
-        self._last_saved_step = None
+        self._last_saved_step = self._failed_step = None
         if not self._is_writer():
             return
         for stale in glob.glob(os.path.join(glob.escape(self.checkpoint_dir), _TMP_DIR_PREFIX + "*")):
@@ -241,23 +255,51 @@ class ModelSaver(Callback):
             return None
         name = f"{CHECKPOINT_PREFIX}-{gs}"
         final = os.path.join(self.checkpoint_dir, name)
-        tmpdir = tempfile.mkdtemp(prefix=_TMP_DIR_PREFIX + f"{gs}-", dir=self.checkpoint_dir)
         t0 = time.perf_counter()
         try:
-            tmp_prefix = os.path.join(tmpdir, "ckpt")
+            tmpdir = tempfile.mkdtemp(prefix=_TMP_DIR_PREFIX + f"{gs}-", dir=self.checkpoint_dir)
             try:
-                self._write(tmp_prefix)
-            except NonFiniteWeightsError as e:
-                raise NonFiniteWeightsError(f"ModelSaver: not saving at global step {gs}: {e} The latest "
-                                            f"checkpoint stays {latest_checkpoint(self.checkpoint_dir)}.") from None
-            _publish_files(tmp_prefix, final)
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        _verify(final)
-        self._record(name)
+                tmp_prefix = os.path.join(tmpdir, "ckpt")
+                try:
+                    self._write(tmp_prefix)
+                except NonFiniteWeightsError as e:
+                    raise NonFiniteWeightsError(f"ModelSaver: not saving at global step {gs}: {e} The latest "
+                                                f"checkpoint stays {latest_checkpoint(self.checkpoint_dir)}.") \
+                        from None
+                _publish_files(tmp_prefix, final)
+            finally:
+                shutil.rmtree(tmpdir, ignore_errors=True)
+            _verify(final)
+            self._record(name)
+        except NonFiniteWeightsError:
+            raise
+        except Exception as e:
+            if not _is_write_failure(e):
+                raise
+            if all(n != name for n, _ in self._kept):
+                _remove_prefix(final)   # not pointed to: its files only take space
+            self._failed_step = gs
+            raise CheckpointWriteError(self._write_failure_message(name, e)) from e
         self._last_saved_step = gs
         logger.info("Model saved to %s (%.2f s).", final, time.perf_counter() - t0)
         return final
+
+    def _write_failure_message(self, name: str, err: BaseException) -> str:
+        reason = getattr(err, "message", None) or getattr(err, "strerror", None) or str(err)
+        # TF puts the temporary file's path first and the op's name last
+        reason = re.sub(r"\s*\[Op:\w+\]\s*$", "", reason.rsplit(";", 1)[-1].strip())
+        latest = latest_checkpoint(self.checkpoint_dir)
+        room = ""
+        try:
+            free = shutil.disk_usage(self.checkpoint_dir).free
+            size = sum(os.path.getsize(f) for f in glob.glob(glob.escape(latest) + ".*")) if latest else 0
+            room = f" ({_mib(free)} free there" + (f"; a checkpoint takes {_mib(size)}" if size else "") + ")"
+        except OSError:
+            pass
+        kept = (f"The latest checkpoint stays {latest}: nothing up to it is lost; AutoResumeTrainConfig "
+                "resumes from it." if latest else "There is no earlier checkpoint.")
+        return (f"ModelSaver: could not write {name} in {self.checkpoint_dir}: {reason}{room}. {kept} Free "
+                "space there, or give ModelSaver(checkpoint_dir=...) a directory that can take it, then run again.")
 
     def _record(self, name: str) -> None:
         """Point to the new checkpoint, then delete those past ``max_to_keep``."""
@@ -281,8 +323,8 @@ class ModelSaver(Callback):
 
     def _after_train(self):
         gs = int(self.global_step)
-        if self._last_saved_step == gs or self._start_step == gs:
-            return
+        if self._last_saved_step == gs or self._start_step == gs or self._failed_step == gs:
+            return   # saved already, nothing new, or this very save failed and its error is on its way
         if not _last_call_finite(self.trainer):
             logger.warn("ModelSaver: not saving at the end of training: the last train call's cost "
                         "was not finite.")

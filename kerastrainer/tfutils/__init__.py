@@ -7,14 +7,14 @@ from .tower import TowerContext, get_current_tower_context
 from .tower_func import ModelVariables, TowerFunction
 from . import gradproc, optimizer, sessinit, summary, tower  # noqa: E402 (named in __all__)
 from .common import get_global_step_value, get_global_step_var, get_tf_version_tuple  # noqa: E402
-from .varmanip import NonFiniteWeightsError, load_chkpt_vars
+from .varmanip import CheckpointWriteError, NonFiniteWeightsError, load_chkpt_vars
 
 __all__ = ["LayerStore", "get_default_layer_store", "get_variable", "reset_default_layer_store",
            "SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore", "NpzInit",
            "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError",
            "add_moving_summary", "add_param_summary", "add_tensor_summary",
            "TowerContext", "get_current_tower_context", "TowerFunction", "ModelVariables",
-           "load_chkpt_vars", "NonFiniteWeightsError",
+           "load_chkpt_vars", "NonFiniteWeightsError", "CheckpointWriteError",
            # submodules, as tensorpack's star import gives them (`summary.add_moving_summary(...)`)
            "get_tf_version_tuple", "get_global_step_var", "get_global_step_value",
            "summary", "sessinit", "tower", "gradproc", "optimizer"]

@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from ..utils import logger
 
-__all__ = ["CheckpointLoadError", "NonFiniteWeightsError", "FORMAT_KEY", "FORMAT_NAMED",
+__all__ = ["CheckpointLoadError", "CheckpointWriteError", "NonFiniteWeightsError", "FORMAT_KEY", "FORMAT_NAMED",
            "checkpoint_variables", "write_checkpoint", "load_chkpt_vars", "is_named_format",
            "nonfinite_names", "assign_by_name", "match_report"]
 
@@ -52,6 +52,12 @@ class CheckpointLoadError(RuntimeError):
 
 class NonFiniteWeightsError(ValueError):
     """Weights to be saved (or found in a checkpoint) hold NaN or Inf."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, file too large, no permission, the
+    directory gone); the latest checkpoint is the one before it. An ``OSError``, as the
+    failure it reports."""
 
 
 def _vid(v) -> int:

@@ -22,11 +22,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROG = os.path.join(HERE, "ckpt_prog.py")
 
 
-def run(logdir, *opts, timeout=240):
-    """Run a training to its end; returns (rc, output)."""
+def run(logdir, *opts, timeout=240, max_file_bytes=None):
+    """Run a training to its end; returns (rc, output). ``max_file_bytes``: the kernel refuses
+    to grow any file past that size (RLIMIT_FSIZE, as on a full disk or a quota)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+    def limit_files():
+        import resource
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
+
     p = subprocess.run([sys.executable, PROG, logdir, *opts], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=timeout, env=env)
+                       text=True, timeout=timeout, env=env, preexec_fn=limit_files if max_file_bytes else None)
     return p.returncode, p.stdout
 
 
@@ -188,3 +195,22 @@ def test_auto_resume_skips_a_nan_checkpoint_written_by_an_older_version(tmp_path
     assert rc == 0, out[-3000:]
     assert "skipping checkpoint-12: it holds NaN or Inf (fc1/W)" in out, out[-3000:]
     assert "global step 8, epoch 2 done" in out and "DONE 16" in out
+
+
+def test_checkpoint_too_big_for_the_disk_is_a_clear_error_and_loses_nothing(tmp_path):
+    d = str(tmp_path / "log")
+    rc, out = run(d, "--epochs", "2", "--steps", "4", "--big", "20000")
+    assert rc == 0 and steps_on_disk(d) == [4, 8], out[-3000:]
+    size = os.path.getsize(os.path.join(d, "checkpoint-8.data-00000-of-00001"))
+    # the resumed run may not write a file as big as a checkpoint's data
+    rc, out = run(d, "--epochs", "4", "--steps", "4", "--big", "20000", max_file_bytes=size // 4)
+    assert rc != 0, out[-3000:]
+    assert "CheckpointWriteError: ModelSaver: could not write checkpoint-12" in out, out[-3000:]
+    assert "File too large" in out and f"stays {os.path.join(d, 'checkpoint-8')}" in out, out[-3000:]
+    assert out.count("could not write") == 1, out[-3000:]   # no second attempt at the end of training
+    assert check_latest_whole_and_finite(d) == 8 and steps_on_disk(d) == [4, 8]
+    assert not glob.glob(os.path.join(d, ".tmp-save-*")) and not glob.glob(os.path.join(d, "*.tmp"))
+    # with room again, the next run resumes from checkpoint-8 and finishes
+    rc, out = run(d, "--epochs", "4", "--steps", "4", "--big", "20000")
+    assert rc == 0 and "DONE 16" in out, out[-3000:]
+    assert check_latest_whole_and_finite(d) == 16
