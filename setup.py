@@ -21,10 +21,11 @@ extras = {
     "test": ["pytest>=7", "scikit-learn>=1.3"],
     "plot": ["matplotlib>=3.7"],
     "hdf5": ["h5py>=3.8"],
+    "mat": ["scipy>=1.10"],  # MATLAB .mat datasets (SVHNDigit, Caltech101Silhouettes)
     "cuda": ["tensorflow[and-cuda]==2.21.*"],
     "cpu": ["tensorflow-cpu==2.21.*"],
 }
-extras["all"] = sorted({r for k in ("image", "lmdb", "plot", "hdf5") for r in extras[k]} | {"scikit-learn>=1.3"})
+extras["all"] = sorted({r for k in ("image", "lmdb", "plot", "hdf5", "mat") for r in extras[k]} | {"scikit-learn>=1.3"})
 
 setup(
     name="kerastrainer",

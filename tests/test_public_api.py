@@ -25,3 +25,10 @@ def test_plain_import_stays_tf_free():
     code = "import sys, kerastrainer, kerastrainer.dataflow; print('tensorflow' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False", r.stderr[-2000:]
+
+
+def test_dataset_readers_of_tensorpack_examples():
+    from kerastrainer.dataflow import dataset
+    names = ["Mnist", "FashionMnist", "Cifar10", "Cifar100", "ILSVRC12", "ILSVRC12Files", "ILSVRCMeta",
+             "SVHNDigit", "Caltech101Silhouettes"]
+    assert not [n for n in names if n not in dataset.__all__ or not hasattr(dataset, n)]

@@ -1,4 +1,4 @@
-"""Tiny datasets in the on-disk formats tensorpack's readers use (MNIST IDX, CIFAR pickles)."""
+"""Tiny datasets in the on-disk formats tensorpack's readers use (MNIST IDX, CIFAR pickles, SVHN .mat)."""
 import os
 import pickle
 import struct
@@ -35,4 +35,23 @@ def write_cifar10(root, n_per_batch=64, seed=0):
             pickle.dump({b"data": data, b"labels": labels, b"batch_label": name.encode()}, f, protocol=2)
     with open(os.path.join(d, "batches.meta"), "wb") as f:
         pickle.dump({b"label_names": [f"class{i}".encode() for i in range(10)]}, f, protocol=2)
+    return d
+
+
+def write_svhn(root, n_train=256, n_test=128, n_extra=128, seed=0):
+    """``root/svhn_data/{train,test,extra}_32x32.mat`` in SVHN's layout: ``X`` 32x32x3xN uint8,
+    ``y`` Nx1 with labels 1..10 (10 is digit 0). The digit is a bright bar whose place says the
+    class, so a small convnet learns it in a few steps. Needs scipy."""
+    import scipy.io
+
+    rng = np.random.RandomState(seed)
+    d = os.path.join(root, "svhn_data")
+    os.makedirs(d, exist_ok=True)
+    for name, n in (("train", n_train), ("test", n_test), ("extra", n_extra)):
+        digits = rng.randint(0, 10, size=n)
+        x = rng.randint(0, 60, size=(32, 32, 3, n)).astype(np.uint8)
+        for i, c in enumerate(digits):
+            x[2 + 3 * c:4 + 3 * c, 4:28, :, i] = 255
+        y = np.where(digits == 0, 10, digits).astype(np.uint8).reshape(n, 1)
+        scipy.io.savemat(os.path.join(d, f"{name}_32x32.mat"), {"X": x, "y": y})
     return d
