@@ -19,7 +19,7 @@ Example::
 """
 from .arg_scope import argscope, enable_argscope_for_function, enable_argscope_for_module, get_arg_scope
 from .registry import current_layer_store, disable_layer_logging, get_keras_layer, get_registered_layer, \
-    keras_layer, layer_register, layer_scope
+    keras_layer, layer_register, layer_scope, VariableHolder
 from .conv2d import Conv2D, Conv2DTranspose, Deconv2D
 from .fc import FullyConnected, batch_flatten
 from .batch_norm import BatchNorm, BatchRenorm, BatchRenormalization, BNReLU, TowerBatchNormalization
@@ -35,7 +35,7 @@ from .resnet import RESNET_CONFIGS, resnet, resnet_backbone
 __all__ = [
     "argscope", "get_arg_scope", "enable_argscope_for_function", "enable_argscope_for_module",
     "layer_register", "layer_scope", "keras_layer", "get_keras_layer", "current_layer_store",
-    "get_registered_layer", "disable_layer_logging",
+    "get_registered_layer", "disable_layer_logging", "VariableHolder",
     "Conv2D", "Conv2DTranspose", "Deconv2D", "FullyConnected", "batch_flatten",
     "BatchNorm", "BatchRenorm", "BatchRenormalization", "BNReLU", "TowerBatchNormalization", "MaxPooling", "AvgPooling", "GlobalAvgPooling", "FixedUnPooling",
     "Dropout", "LayerNorm", "InstanceNorm", "ChannelAffineNormalization", "PReLU", "Maxout", "ConcatWith",

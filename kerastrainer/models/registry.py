@@ -42,7 +42,7 @@ from ..utils import logger
 from .arg_scope import get_arg_scope
 
 __all__ = ["layer_register", "keras_layer", "get_keras_layer", "current_layer_store",
-           "get_registered_layer", "layer_scope", "disable_layer_logging"]
+           "get_registered_layer", "layer_scope", "disable_layer_logging", "VariableHolder"]
 
 _LAYER_REGISTRY: Dict[str, Callable] = {}
 _logged_lock = threading.Lock()
@@ -187,6 +187,57 @@ def _is_tensor_like(x) -> bool:
             or hasattr(x, "shape") and hasattr(x, "dtype"))
 
 
+class VariableHolder:
+    """The variables of one layer call, by short name: ``out.variables.W`` (tensorpack's holder).
+
+    Every registered layer attaches one to its output tensor, so tensorpack code such as
+    ``visualize(Conv2D('conv0', x, 32, 3).variables.W)`` runs. A BatchNorm's ``mean/EMA`` is
+    ``.mean``. ``all()`` lists them.
+
+    Example::
+
+        h = VariableHolder(W=kernel, b=bias)
+        h.W is kernel; h.all() == [kernel, bias]
+    """
+
+    def __init__(self, **variables):
+        object.__setattr__(self, "_vars", dict(variables))
+
+    def __setattr__(self, name, var):
+        self._vars[name] = var
+
+    def __getattr__(self, name):
+        try:
+            return self._vars[name]
+        except KeyError:
+            raise AttributeError(f"This layer has no variable {name!r}; it has "
+                                 f"{sorted(self._vars) or 'none'}.") from None
+
+    def all(self) -> list:
+        """All held variables."""
+        return list(self._vars.values())
+
+    def __repr__(self) -> str:
+        return f"VariableHolder({', '.join(sorted(self._vars))})"
+
+
+def _attach_variables(key: str, outputs) -> None:
+    """Give the layer's output tensor ``.variables`` (the variables created under ``key``)."""
+    if not tf.is_tensor(outputs) or hasattr(outputs, "variables"):
+        return
+    store = current_layer_store()
+    found = {rel.split("/")[0]: v for rel, v in store.variables_of(key).items()}
+    prefix = key + "/"
+    for name, v in store.raw_variables.items():  # tf.get_variable inside a custom layer
+        if name.startswith(prefix) and "/" not in name[len(prefix):]:
+            found[name[len(prefix):]] = v
+    if found:
+        try:
+            outputs.variables = VariableHolder(**found)
+        except AttributeError:  # a tensor type that takes no attributes: nothing to attach to
+            pass
+
+
 def legacy_names(**mapping: str):
     """Decorator (under ``@layer_register``): accept tensorpack's old argument names.
 
@@ -290,6 +341,7 @@ def layer_register(log_shape: bool = True, use_scope: Optional[bool] = True) -> 
                 return func(*bound.args, **bound.kwargs)
             with layer_scope(name) as key:
                 outputs = func(*bound.args, **bound.kwargs)
+            _attach_variables(key, outputs)
             if log_shape:
                 log_layer_shapes_once(key, inputs, outputs)
             return outputs

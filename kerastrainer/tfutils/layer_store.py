@@ -80,18 +80,32 @@ class LayerStore(tf.Module):
                 self.raw_variables[name] = var
         return var
 
+    def _layer_variables(self, lname: str, layer) -> Dict[str, tf.Variable]:
+        aliases = self._aliases.get(lname, {})
+        own = getattr(layer, "name", None)
+        out = {}
+        for v in getattr(layer, "weights", []):
+            parts = (getattr(v, "path", None) or v.name).split(":")[0].split("/")
+            # Keras prefixes the names of enclosing Keras layers: cut up to the layer's own name
+            cut = parts.index(own) + 1 if own in parts[:-1] else min(1, len(parts) - 1)
+            rel = "/".join(parts[cut:])
+            out[aliases.get(rel, rel)] = v
+        return out
+
+    def variables_of(self, name: str) -> Dict[str, tf.Variable]:
+        """``{variable name: variable}`` of the layer stored under ``name`` (``{'W': .., 'b': ..}``).
+
+        Empty when no layer is stored under ``name``.
+        """
+        layer = self.layers.get(name)
+        return {} if layer is None else self._layer_variables(name, layer)
+
     def named_variables(self) -> Dict[str, tf.Variable]:
         """``{name: variable}`` with names ``'<scoped layer name>/<variable>'``, e.g. ``'conv0/W'``."""
         out = {}
         for lname, layer in self.layers.items():
-            aliases = self._aliases.get(lname, {})
-            own = getattr(layer, "name", None)
-            for v in getattr(layer, "weights", []):
-                parts = (getattr(v, "path", None) or v.name).split(":")[0].split("/")
-                # Keras prefixes the names of enclosing Keras layers: cut up to the layer's own name
-                cut = parts.index(own) + 1 if own in parts[:-1] else min(1, len(parts) - 1)
-                rel = "/".join(parts[cut:])
-                out[f"{lname}/{aliases.get(rel, rel)}"] = v
+            for rel, v in self._layer_variables(lname, layer).items():
+                out[f"{lname}/{rel}"] = v
         for vname, v in self.raw_variables.items():
             out[vname] = v
         return out
