@@ -186,6 +186,37 @@ def test_keyboard_interrupt_cleans_up():
     assert not _producer_threads()
 
 
+def test_ctrl_c_mid_call_counts_the_steps_the_call_ran():
+    # Ctrl-C while a multi-step call runs: the steps it ran are counted before the callbacks'
+    # end of training, so a save there is labelled with the step its weights are at
+    import signal
+
+    ended = threading.Event()
+
+    class SigintAt(LinearData):
+        def __iter__(self):
+            for i, dp in enumerate(super().__iter__()):
+                if i == 13:   # no more data: the second call waits after 5 of its 8 steps; Ctrl-C then
+                    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+                    ended.wait(30)
+                    return
+                yield dp
+
+    seen = {}
+
+    class Record(Callback):
+        def _after_train(self):
+            seen["python"], seen["graph"] = self.trainer.global_step, int(self.trainer.global_step_var.numpy())
+            ended.set()
+
+    t = SimpleTrainer(steps_per_call=8)
+    with pytest.raises(KeyboardInterrupt):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=SigintAt(num_batches=400), callbacks=[Record()],
+                                              max_epoch=1), t)
+    assert seen["graph"] > 8 and seen["python"] == seen["graph"], seen   # cut within the second call
+    assert not _producer_threads()
+
+
 def test_stop_training_from_callback():
     class Stop(Callback):
         def _trigger_epoch(self):

@@ -1,5 +1,5 @@
 """Training: model descriptions, configs, trainers and the launcher."""
-from .base import StopTraining, Trainer
+from .base import StopTraining, Trainer, TrainingTerminated
 from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, TrainConfig
 from .interface import launch_train_with_config
 from .model_desc import ModelDesc, ModelDescBase
@@ -9,7 +9,7 @@ from .multiworker import MultiWorkerTrainer
 from .horovod import HorovodTrainer
 from .noop import NoOpTrainer
 
-__all__ = ["Trainer", "StopTraining", "TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS",
+__all__ = ["Trainer", "StopTraining", "TrainingTerminated", "TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS",
            "DEFAULT_MONITORS", "launch_train_with_config", "ModelDesc", "ModelDescBase", "SimpleTrainer",
            "SyncMultiGPUTrainer", "SyncMultiGPUTrainerReplicated", "SyncMultiGPUTrainerParameterServer",
            "MultiWorkerTrainer", "HorovodTrainer", "NoOpTrainer"]

@@ -34,7 +34,16 @@ from ..utils.interrupt import SignalWatcher
 from ..utils.utils import execute_only_once
 from ..utils.xla_flags import default_flags_state
 
-__all__ = ["Trainer", "StopTraining"]
+__all__ = ["Trainer", "StopTraining", "TrainingTerminated"]
+
+
+class TrainingTerminated(SystemExit):
+    """Training stopped on SIGTERM (a scheduler's preemption, ``kill``), after the callbacks'
+    end of training (``ModelSaver`` saves the last step). Uncaught, the program exits with
+    status 143 (128 + SIGTERM), as a process killed by it; ``finally`` blocks still run."""
+
+    def __init__(self):
+        super().__init__(128 + signal.SIGTERM)
 
 _PRECISIONS = {None: None, "fp32": None, "float32": None, "bf16": "mixed_bfloat16",
                "mixed_bfloat16": "mixed_bfloat16", "fp16": "mixed_float16", "mixed_float16": "mixed_float16"}
@@ -150,6 +159,10 @@ class Trainer:
     auto_xla_on_cpu = False
     # a step that waited this long on an empty input queue is reported (then as often again)
     stall_report_seconds = 30.0
+    # SIGTERM stops training after the current call and saves (TrainingTerminated). Trainers of
+    # several processes keep SIGTERM's default: one process stopping alone would leave the
+    # others waiting in a collective.
+    graceful_sigterm = True
 
     def __init__(self, steps_per_call: Union[str, int] = "auto", precision: Optional[str] = None,
                  jit_compile: Union[bool, str] = "auto", average: bool = True):
@@ -187,9 +200,10 @@ class Trainer:
         self._steps_tensors: Dict[int, tf.Tensor] = {}
         self._call_started: Optional[float] = None
         self._stall_reported = 0.0
-        self._interrupted = False
-        self._cancelled = False
-        self._own_sigint = False
+        self._interrupted = False       # a stop signal came: stop after the current call
+        self._cancelled = False         # ... and the input was cancelled to end a blocked wait
+        self._stop_signum: Optional[int] = None
+        self._own_handlers: Dict[int, object] = {}   # signal -> the handler ours replaced
 
     # --- distribution: subclasses override ----------------------------------------------
     def _make_strategy(self) -> tf.distribute.Strategy:
@@ -262,6 +276,11 @@ class Trainer:
         tower = self.tower_func
         source = self.input
         summary_names = list(tower.summary_names)
+        # The trainer reports the returned cost as 'cost'. A moving summary the tower itself
+        # names 'cost' (tensorpack programs often add_moving_summary the cost they return) is
+        # reported under that name instead, as in tensorpack; the trainer's own then goes under
+        # '_cost' (hidden from the monitors, still checked for NaN).
+        cost_key = "_cost" if "cost" in summary_names else "cost"
         histogram_names = list(tower.histogram_names)
         loss_scale = isinstance(opt, keras.optimizers.LossScaleOptimizer)
         scale = 1.0 / num_replicas if self.average else 1.0
@@ -284,7 +303,7 @@ class Trainer:
                 if loss_scale:
                     loss = opt.scale_loss(loss)
             grads = tape.gradient(loss, variables)
-            outs = {"cost": cost32}
+            outs = {cost_key: cost32}
             for n in summary_names:
                 # only the main tower records summaries; the others add zeros to the sum
                 outs[n] = tf.cast(ctx.moving_summaries[n], tf.float32) if n in ctx.moving_summaries \
@@ -323,7 +342,7 @@ class Trainer:
         global_step = self.global_step_var
 
         def train_calls(k, *feeds):
-            acc = {n: tf.constant(0.0) for n in ["cost"] + summary_names}
+            acc = {n: tf.constant(0.0) for n in [cost_key] + summary_names}
             first_bad = tf.constant(-1, tf.int64)
             # histograms (vectors) and images (NHWC) of the call's last step, from the main
             # tower (replica 0); an empty value of unknown shape, so the loop may change it
@@ -332,18 +351,18 @@ class Trainer:
             for i in tf.range(k):
                 per_replica, per_replica_hist = strategy.run(replica_step, args=feeds)
                 global_step.assign_add(1)
-                step = {n: strategy.reduce(mean if n == "cost" else total, per_replica[n], axis=None)
+                step = {n: strategy.reduce(mean if n == cost_key else total, per_replica[n], axis=None)
                         for n in acc}
                 acc = {n: acc[n] + step[n] for n in acc}
                 hist = {n: strategy.experimental_local_results(per_replica_hist[n])[0] for n in histogram_names}
-                bad = tf.logical_not(tf.math.is_finite(step["cost"]))
+                bad = tf.logical_not(tf.math.is_finite(step[cost_key]))
                 first_bad = tf.where(tf.logical_and(first_bad < 0, bad), tf.cast(i, tf.int64), first_bad)
             kf = tf.cast(k, tf.float32)
             # one vector, so the host fetches the call's outputs in one transfer
             packed = tf.stack([acc[n] / kf for n in acc] + [tf.cast(first_bad, tf.float32)])
             return packed, hist
 
-        self._output_names = ["cost"] + summary_names
+        self._output_names = [cost_key] + summary_names
         return tf.function(train_calls)
 
     # --- XLA ---------------------------------------------------------------------------------
@@ -524,15 +543,14 @@ class Trainer:
             first_bad = int(values[-1])
         except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as e:
             if self._interrupted or self._cancelled:
-                raise KeyboardInterrupt from None
+                self._count_steps_done_in_graph()
+                raise self._stop_exception() from None
             self.input.raise_pending_error()
             raise InputSourceError(
                 f"The input of training ({type(self.input).__name__}) was closed while a step waited "
                 "for data.") from e
         finally:
             self._call_started = None
-        if self._interrupted:
-            raise KeyboardInterrupt
         self._update_auto_steps(k, time.perf_counter() - t0)
         bad_step = self.global_step + first_bad if first_bad >= 0 else -1
         self.global_step += k
@@ -548,7 +566,23 @@ class Trainer:
                         self.monitors.put_image(name, arr)
                     else:
                         self.monitors.put_histogram(name, arr)
+        if self._interrupted:   # the call finished: its steps are counted, then training stops
+            raise self._stop_exception()
         return outs
+
+    def _count_steps_done_in_graph(self) -> None:
+        """After a call cut short: count the steps it ran (the in-graph step counter has them),
+        so that the end-of-training save is labelled with the step its weights are at."""
+        try:
+            done = int(self.global_step_var.numpy()) - self.global_step
+        except Exception:   # noqa: BLE001 (a broken runtime: keep the Python counters)
+            return
+        if done > 0:
+            self.global_step += done
+            self.local_step += done
+
+    def _stop_exception(self) -> BaseException:
+        return TrainingTerminated() if self._stop_signum == signal.SIGTERM else KeyboardInterrupt()
 
     def setup_callbacks(self, callbacks: Sequence[Callback], monitors: Sequence[Callback]) -> None:
         from ..callbacks.group import Callbacks
@@ -575,7 +609,8 @@ class Trainer:
         self.epoch_num = self.starting_epoch - 1
         cbs = self._callbacks
         watcher = SignalWatcher(self._on_signal, self._check_input_stall)
-        old_sigint = self._install_sigint()
+        self._install_stop_handlers()
+        terminated: Optional[TrainingTerminated] = None
         try:
             watcher.__enter__()
             cbs.before_train()
@@ -597,42 +632,71 @@ class Trainer:
         except KeyboardInterrupt:
             logger.info("Training interrupted (KeyboardInterrupt); cleaning up.")
             raise
+        except TrainingTerminated as e:
+            terminated = e
+        except Exception as e:
+            if self._stop_signum != signal.SIGTERM:
+                raise
+            # a group-wide SIGTERM also ends the DataFlow's workers: part of the same stop
+            logger.info("While stopping on SIGTERM: %s: %s", type(e).__name__, e)
+            terminated = TrainingTerminated()
         finally:
             watcher.__exit__(None, None, None)
-            self._restore_sigint(old_sigint)
+            self._restore_stop_handlers()
+            if terminated is not None:
+                logger.info("SIGTERM: training stopped at global step %d; ending it (callbacks save "
+                            "the last step).", self.global_step)
             try:
                 cbs.after_train()
             finally:
                 self.input.close()
+        if terminated is not None:
+            logger.info("Exiting with status %d (SIGTERM). Run the same command again to resume "
+                        "(AutoResumeTrainConfig).", terminated.code)
+            raise terminated
 
-    # Ctrl-C: the C-level handler wakes the watcher thread, which fails a blocked dequeue at
-    # once; our Python handler (run when the main thread is back) lets the call unwind and
-    # run_step_call raises KeyboardInterrupt. A second Ctrl-C raises at once.
-    def _install_sigint(self):
+    # Ctrl-C and SIGTERM: the C-level handler wakes the watcher thread, which fails a blocked
+    # dequeue at once; our Python handler (run when the main thread is back) lets the call
+    # unwind, and run_step_call counts the steps done and raises KeyboardInterrupt or
+    # TrainingTerminated. A second signal raises at once.
+    def _install_stop_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
-            return None
-        old = signal.getsignal(signal.SIGINT)
-        if old is not signal.default_int_handler:
-            return None  # the program has its own handler: leave Ctrl-C to it
-        signal.signal(signal.SIGINT, self._on_sigint)
-        self._own_sigint = True
-        return old
+            return
+        wanted = [(signal.SIGINT, signal.default_int_handler)]
+        if self.graceful_sigterm:
+            wanted.append((signal.SIGTERM, signal.SIG_DFL))
+        for signum, default in wanted:
+            old = signal.getsignal(signum)
+            if old is not default:
+                continue   # the program has its own handler: leave the signal to it
+            signal.signal(signum, self._on_stop_signal)
+            self._own_handlers[signum] = old
 
-    def _restore_sigint(self, old) -> None:
-        if self._own_sigint:
-            signal.signal(signal.SIGINT, old)
-            self._own_sigint = False
+    def _restore_stop_handlers(self) -> None:
+        for signum, old in self._own_handlers.items():
+            signal.signal(signum, old)
+        self._own_handlers = {}
 
-    def _on_sigint(self, signum, frame):
+    def _on_stop_signal(self, signum, frame):
+        first = self._stop_signum is None
+        if first:
+            self._stop_signum = signum
         if self._call_started is not None and not self._interrupted:
             self._interrupted = True
-            logger.info("Ctrl-C: stopping after the current call (press again to stop at once).")
+            if signum == signal.SIGTERM:
+                logger.info("SIGTERM: stopping after the current call, then saving.")
+            else:
+                logger.info("Ctrl-C: stopping after the current call (press again to stop at once).")
             return
+        if signum == signal.SIGTERM and first:
+            raise TrainingTerminated()
         raise KeyboardInterrupt
 
     def _on_signal(self, signum: int) -> None:
-        """Watcher thread: Ctrl-C while a step may be blocked waiting for data: fail the wait now."""
-        if signum == signal.SIGINT and self._own_sigint:
+        """Watcher thread: a stop signal while a step may be blocked waiting for data: fail the wait now."""
+        if signum in self._own_handlers:
+            if self._stop_signum is None:
+                self._stop_signum = signum
             self._cancelled = True
             self.input.cancel()
 

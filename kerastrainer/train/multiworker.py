@@ -69,6 +69,10 @@ class _SyncedWorkersMixin:
     ``_broadcast_from_chief(variables)``.
     """
 
+    # SIGTERM keeps its default here: a worker stopping alone would leave the others in a
+    # collective; a resumed run starts from the last checkpoint
+    graceful_sigterm = False
+
     def _init_sync(self):
         self._sync = WorkerSync(self.rank, self.size, self._allreduce_sum_numpy)
         self._stop_exchanged = False

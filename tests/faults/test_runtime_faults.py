@@ -1,5 +1,5 @@
 """Faults of a running training, with real processes: two runs in one log directory, a stalled
-DataFlow worker and Ctrl-C."""
+DataFlow worker, Ctrl-C and SIGTERM."""
 import os
 import signal
 import subprocess
@@ -41,10 +41,11 @@ def _ctrl_c_stops(run, workers):
 class Run:
     """train_prog.py in a subprocess; its output is collected by a thread."""
 
-    def __init__(self, logdir, *args):
+    def __init__(self, logdir, *args, own_group=False):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         self.proc = subprocess.Popen([sys.executable, PROG, str(logdir), *map(str, args)], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=own_group)
         self.lines = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -124,3 +125,42 @@ def test_ctrl_c_during_normal_training_stops_within_5s(tmp_path):
     run.wait_for("STEP 30")
     workers = run.children()
     _ctrl_c_stops(run, workers)
+
+
+def _checkpoint_step(d):
+    from kerastrainer.tfutils import load_chkpt_vars
+    from kerastrainer.tfutils.checkpoint_files import latest_checkpoint
+    path = latest_checkpoint(str(d))
+    assert path is not None, os.listdir(d)
+    return int(load_chkpt_vars(path)["global_step"])
+
+
+@pytest.mark.parametrize("to", ["main process", "process group"])
+def test_sigterm_saves_the_last_step_and_a_rerun_resumes_there(tmp_path, to):
+    # a scheduler's preemption: SIGTERM to the training process (kill) or to its whole group
+    # (SLURM, a container stop), the DataFlow workers included. Epochs are 1000 steps, so
+    # without the save on SIGTERM nothing would be on disk.
+    d = tmp_path / "run"
+    run = Run(d, "--workers", 2, "--epochs", 1000, "--steps", 1000, own_group=True)
+    run.wait_for("STEP 30")
+    workers = run.children()
+    t0 = time.time()
+    if to == "main process":
+        run.proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(run.proc.pid, signal.SIGTERM)
+    rc = run.finish(timeout=60)
+    assert time.time() - t0 < 20, "the process took too long to stop"
+    assert rc == 128 + signal.SIGTERM, run.text[-3000:]
+    assert "Exiting with status 143 (SIGTERM)" in run.text and "Traceback" not in run.text, run.text[-3000:]
+    time.sleep(0.5)
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE], \
+        "DataFlow workers outlived the training process"
+    last = max(int(ln.split()[1]) for ln in run.lines if ln.startswith("STEP "))
+    saved = _checkpoint_step(d)
+    assert last <= saved <= last + 1, (last, saved)   # the call under way when it came may have ended
+    # a rerun resumes from that step
+    again = Run(d, "--workers", 1, "--epochs", 1, "--steps", 1000)
+    assert again.finish() == 0, again.text[-3000:]
+    steps = [int(ln.split()[1]) for ln in again.lines if ln.startswith("STEP ")]
+    assert steps[0] == saved + 1 and "DONE" in again.text, (saved, steps[:3], again.text[-2000:])
