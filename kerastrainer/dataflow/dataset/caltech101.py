@@ -6,7 +6,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from ..base import RNGDataFlow
+from ._arrays import ImageLabelArrays
 from . import files as _files
 from ._matfile import load_mat
 from .files import DatasetFilesNotFound, get_dataset_path
@@ -14,7 +14,7 @@ from .files import DatasetFilesNotFound, get_dataset_path
 __all__ = ["Caltech101Silhouettes"]
 
 
-class Caltech101Silhouettes(RNGDataFlow):
+class Caltech101Silhouettes(ImageLabelArrays):
     """Caltech 101 Silhouettes: yields ``[image, label]``, image float32 28x28 in [0, 1],
     label an int in [0, 101) (the file's labels 1..101, minus one).
 
@@ -56,16 +56,6 @@ class Caltech101Silhouettes(RNGDataFlow):
                     "(or pass dir=<the folder that holds it>).")
         self.path = path
         self.images, self.labels = _read_split(path, name, self.NAME)
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __iter__(self):
-        idxs = np.arange(len(self.images))
-        if self.shuffle:
-            self.rng.shuffle(idxs)
-        for k in idxs:
-            yield [self.images[k].copy(), int(self.labels[k])]
 
 
 def _read_split(path: str, name: str, dataset: str) -> Tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..base import RNGDataFlow
+from ._arrays import ImageLabelArrays
 from .files import DatasetFilesNotFound, download, extract_tar, get_dataset_path
 
 __all__ = ["Cifar10", "Cifar100", "CifarBase"]
@@ -57,7 +57,7 @@ def _read_batch(path: str, label_key: str) -> Tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(images), labels
 
 
-class CifarBase(RNGDataFlow):
+class CifarBase(ImageLabelArrays):
     """Shared reader of CIFAR-10 / CIFAR-100; use :class:`Cifar10` or :class:`Cifar100`."""
 
     NAME = ""
@@ -100,16 +100,6 @@ class CifarBase(RNGDataFlow):
                  for s in splits for f in self.SPLIT_FILES[s]]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __iter__(self):
-        idxs = np.arange(len(self.images))
-        if self.shuffle:
-            self.rng.shuffle(idxs)
-        for k in idxs:
-            # A copy, so that in-place augmentation downstream never alters the dataset.
-            yield [self.images[k].copy(), int(self.labels[k])]
 
     def get_per_pixel_mean(self, names: Sequence[str] = ("train", "test")) -> np.ndarray:
         """Mean image (32x32x3 float32) over the given splits."""

@@ -9,7 +9,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..base import RNGDataFlow
+from ._arrays import ImageLabelArrays
 from . import files as _files
 from ._matfile import load_mat
 from .files import DatasetFilesNotFound, get_dataset_path
@@ -39,7 +39,7 @@ class _ClassOrInstanceMethod:
         return on_class
 
 
-class SVHNDigit(RNGDataFlow):
+class SVHNDigit(ImageLabelArrays):
     """SVHN cropped digits: yields ``[image, label]``, image uint8 32x32x3 (HWC, RGB) in
     [0, 255], label an int in [0, 10) (the files' label 10 is digit 0).
 
@@ -84,7 +84,15 @@ class SVHNDigit(RNGDataFlow):
                     f"Pass download=True to fetch it from {self.URL}, or copy the .mat file there "
                     "(or pass data_dir=<the folder that holds it>).")
         self.path = path
-        self.X, self.Y = self._read(path)
+        self.images, self.labels = self._read(path)
+
+    @property
+    def X(self) -> np.ndarray:   # tensorpack's names of the arrays
+        return self.images
+
+    @property
+    def Y(self) -> np.ndarray:
+        return self.labels
 
     @classmethod
     def _read(cls, path: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -97,16 +105,6 @@ class SVHNDigit(RNGDataFlow):
                 cls._cache[key] = _read_svhn_mat(path, cls.NAME)
             return cls._cache[key]
 
-    def __len__(self) -> int:
-        return len(self.X)
-
-    def __iter__(self):
-        idxs = np.arange(len(self.X))
-        if self.shuffle:
-            self.rng.shuffle(idxs)
-        for k in idxs:
-            # A copy, so that in-place augmentation downstream never alters the shared arrays.
-            yield [self.X[k].copy(), int(self.Y[k])]
 
     @_ClassOrInstanceMethod
     def get_per_pixel_mean(self, names: Sequence[str] = _SPLITS) -> np.ndarray:
