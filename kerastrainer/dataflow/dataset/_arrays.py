@@ -10,7 +10,8 @@ __all__ = ["ImageLabelArrays"]
 
 class ImageLabelArrays(RNGDataFlow):
     """Yields ``[image, label]`` from ``self.images`` (N x ...) and ``self.labels`` (N), in a new
-    random order each pass when ``self.shuffle``; a subclass loads the arrays.
+    random order each pass when ``self.shuffle``; a subclass loads the arrays and may convert
+    an image on its way out (:meth:`image`).
 
     Example::
 
@@ -31,5 +32,9 @@ class ImageLabelArrays(RNGDataFlow):
         if self.shuffle:
             self.rng.shuffle(idxs)
         for k in idxs:
-            # a copy, so that in-place augmentation downstream never alters the dataset
-            yield [self.images[k].copy(), int(self.labels[k])]
+            yield [self.image(k), int(self.labels[k])]
+
+    def image(self, k: int) -> np.ndarray:
+        """Image ``k`` as yielded: a copy, so that in-place augmentation downstream never
+        alters the dataset."""
+        return self.images[k].copy()

@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from ..base import RNGDataFlow
+from ._arrays import ImageLabelArrays
 from .files import DatasetFilesNotFound, download, first_existing, get_dataset_path
 
 __all__ = ["Mnist", "FashionMnist", "read_idx_images", "read_idx_labels"]
@@ -61,7 +61,7 @@ def read_idx_labels(path: str) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, count=n, offset=8)
 
 
-class Mnist(RNGDataFlow):
+class Mnist(ImageLabelArrays):
     """MNIST digits: yields ``[image, label]``, image float32 28x28 in [0, 1], label an int.
 
     Reads ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte`` (and ``t10k-...``
@@ -106,16 +106,8 @@ class Mnist(RNGDataFlow):
             path = download(self.URL + base + ".gz", self.dir)
         return path
 
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __iter__(self):
-        idxs = np.arange(len(self.images))
-        if self.shuffle:
-            self.rng.shuffle(idxs)
-        scale = np.float32(1.0 / 255)
-        for k in idxs:
-            yield [self.images[k].astype(np.float32) * scale, int(self.labels[k])]
+    def image(self, k: int) -> np.ndarray:
+        return self.images[k].astype(np.float32) * np.float32(1.0 / 255)
 
     def as_arrays(self) -> Tuple[np.ndarray, np.ndarray]:
         """All images (uint8, N x 28 x 28) and labels (uint8, N) in file order."""
