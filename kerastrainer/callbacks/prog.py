@@ -3,19 +3,22 @@
 Example::
 
     callbacks = [ProgressBar(['cost', 'accuracy']), EstimatedTimeLeft(),
-                 ThroughputTracker(samples_per_step=256)]
+                 ThroughputTracker(samples_per_step=256), GPUUtilizationTracker()]
 """
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import threading
 import time
 from collections import deque
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 from ..utils import logger
 from .base import Callback
 
-__all__ = ["ProgressBar", "EstimatedTimeLeft", "ThroughputTracker", "humanize_seconds"]
+__all__ = ["ProgressBar", "EstimatedTimeLeft", "ThroughputTracker", "GPUUtilizationTracker", "humanize_seconds"]
 
 
 def humanize_seconds(sec: float) -> str:
@@ -196,3 +199,102 @@ class ThroughputTracker(Callback):
         if not batch:
             return None
         return int(batch) * int(getattr(self.trainer, "num_replicas", 1) or 1)
+
+
+class GPUUtilizationTracker(Callback):
+    """Put each GPU's mean utilization (percent) during the epoch into the monitors, as
+    ``GPUUtil/<device>`` (tensorpack's names).
+
+    A background thread samples the utilization about once a second between
+    ``before_epoch`` and ``after_epoch``, through NVML (``pynvml``, from the
+    ``nvidia-ml-py`` package) or else ``nvidia-smi``. Devices are NVML indices: by default
+    the ``CUDA_VISIBLE_DEVICES`` entries, or all GPUs TensorFlow sees. Where neither
+    reader works (a machine without NVIDIA GPUs), it warns once by name and records
+    nothing, so a program written for GPUs still runs.
+
+    Example::
+
+        callbacks = [ModelSaver(), GPUUtilizationTracker()]
+    """
+
+    _chief_only = False
+    #: seconds between two samples
+    interval = 1.0
+
+    def __init__(self, devices: Optional[Sequence[int]] = None):
+        self._devices = None if devices is None else [str(d) for d in devices]
+        self._samples: List[List[float]] = []
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._read = None
+
+    def _before_train(self):
+        if self._devices is None:
+            env = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if env is not None:
+                self._devices = [d.strip() for d in env.split(",") if d.strip()]
+            else:
+                from ..utils.devices import get_num_gpu
+                self._devices = [str(i) for i in range(get_num_gpu())]
+        try:
+            if not self._devices:
+                raise RuntimeError("no GPU is visible")
+            self._read = self._utilization_reader()
+            self._read()  # fail here, once, rather than in the thread
+        except Exception as e:  # noqa: BLE001 - any reader failure means: nothing to track
+            self._read = None
+            logger.warning("GPUUtilizationTracker: cannot read GPU utilization (%s); it records nothing.", e)
+
+    def _utilization_reader(self):
+        """A function returning the current utilization (percent) of each device, in order."""
+        try:
+            import pynvml
+        except ImportError:
+            pynvml = None
+        if pynvml is not None:
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(int(d)) for d in self._devices]
+            return lambda: [float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu) for h in handles]
+        cmd = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+               "-i", ",".join(self._devices)]
+
+        def read():
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout
+            return [float(v) for v in out.split()]
+        return read
+
+    def _sample_loop(self):
+        while not self._stop.wait(self.interval):
+            try:
+                self._samples.append(self._read())
+            except Exception as e:  # noqa: BLE001 - a failed sample is skipped, not fatal
+                logger.debug("GPUUtilizationTracker: a sample failed: %s", e)
+
+    def _before_epoch(self):
+        if self._read is None:
+            return
+        self._samples = []
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample_loop, name="GPUUtilizationTracker", daemon=True)
+        self._thread.start()
+
+    def _after_epoch(self):
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 10)
+        self._thread = None
+        if not self._samples:  # an epoch shorter than the interval: one sample now
+            try:
+                self._samples.append(self._read())
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _trigger_epoch(self):
+        if not self._samples:
+            return
+        for dev, values in zip(self._devices, zip(*self._samples)):
+            self.trainer.monitors.put_scalar(f"GPUUtil/{dev}", sum(values) / len(values))
+
+    def _after_train(self):
+        self._stop.set()

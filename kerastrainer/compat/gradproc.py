@@ -23,7 +23,7 @@ from ..utils import logger
 
 __all__ = ["GradientProcessor", "FilterNoneGrad", "GlobalNormClip", "MapGradient", "ScaleGradient",
            "SummaryGradient", "CheckGradient", "PrintGradient", "apply_grad_processors",
-           "GradientProcessedOptimizer"]
+           "GradientProcessedOptimizer", "AccumGradOptimizer"]
 
 _current = {"names": {}}  # id(tf.Variable) -> tensorpack name, while an optimizer runs its processors
 
@@ -190,3 +190,18 @@ def install_processors(kopt, procs: Sequence[GradientProcessor], names: Callable
         return original(pairs, *args, **kwargs)
 
     kopt.apply_gradients = apply_gradients
+
+
+def AccumGradOptimizer(opt, niter: int):  # noqa: N802 - tensorpack's name, called like its class
+    """tensorpack's gradient-accumulating optimizer wrapper: the name imports, a call raises.
+
+    Programs import it at module level beside code that uses it only on request (tensorpack's
+    ImageNet ``imagenet_utils.py`` uses it when ``accum_grad != 1``), so the name must exist.
+    It is not translated: tensorpack applies the *sum* of ``niter`` steps' gradients through
+    the TF1 optimizer, and no Keras 3 option reproduces that exactly; a call says what to use.
+    """
+    raise NotImplementedError(
+        f"AccumGradOptimizer({type(opt).__name__}, {niter}) is not supported: give a Keras 3 "
+        f"optimizer gradient_accumulation_steps={niter} instead (it applies the mean of the "
+        f"accumulated gradients where tensorpack applied their sum: multiply the learning rate "
+        f"by {niter} for tensorpack's update).")

@@ -32,7 +32,7 @@ from .global_step import active_store
 from .gradproc import GradientProcessedOptimizer, install_processors
 from .variables import tf1_variables_in_store
 
-__all__ = ["call_optimizer", "translate_optimizer", "MomentumV1", "RMSPropV1"]
+__all__ = ["call_optimizer", "translate_optimizer", "learning_rate_variable", "MomentumV1", "RMSPropV1"]
 
 _logged = set()
 
@@ -186,9 +186,19 @@ def translate_optimizer(opt, lr_function: Optional[Callable] = None) -> keras.op
     else:
         raise TypeError(f"Cannot translate the learning rate {lr!r} of {type(opt).__name__}.")
     kopt, desc = _translate(opt, lr_arg)
+    if isinstance(lr, tf.Variable):
+        # The Keras optimizer only sees a callable; keep the variable so that callbacks
+        # (ScheduledHyperParamSetter('learning_rate')) find it even when it lives outside the
+        # model, e.g. made at the top of a KerasModel program rather than in optimizer().
+        kopt._kerastrainer_lr_variable = lr
     _log_once(f"optimizer(): tf.compat.v1.train.{type(opt).__name__} translated to {desc} "
               f"with learning rate {lr_desc}, same update rule.")
     return kopt
+
+
+def learning_rate_variable(kopt) -> Optional[tf.Variable]:
+    """The TF1 learning-rate variable that a translated optimizer reads each step, or None."""
+    return getattr(kopt, "_kerastrainer_lr_variable", None)
 
 
 def call_optimizer(fn: Callable, store: LayerStore) -> keras.optimizers.Optimizer:

@@ -3,7 +3,8 @@
 The adapter's ``inputs()`` are the model's inputs followed by its targets (named,
 see :class:`~kerastrainer.keras.structure.ModelIO`); its tower function runs
 ``model(x, training=ctx.is_training)`` in the tower context, computes the compiled
-loss plus ``sum(model.losses)`` (regularizers), records the loss and metrics with
+loss plus ``sum(model.losses)`` (regularizers, and the ``add_loss`` losses of this
+call: with ``compile(loss=None)`` they are the whole loss), records the loss and metrics with
 ``add_moving_summary`` under Keras' log names, and returns the loss. With
 ``global_batch=True`` (``KerasModel``'s own data) the last input is the replica's
 share of the global batch (:data:`~kerastrainer.keras.data.SHARE_SPEC`); the
@@ -91,13 +92,22 @@ class KerasModelDesc(ModelDesc):
         n_in = len(io.input_specs)
         x = io.pack_inputs(tensors[:n_in])
         y_true = dict(zip(io.target_outputs, tensors[n_in:n_in + len(io.target_outputs)]))
+        # Keras clears add_loss losses when a model is the outermost call; in a tower it is called
+        # inside kerastrainer's training-phase context, so the last trace's losses would linger
+        clear = getattr(self._keras_model, "_clear_losses", None)
+        if clear is not None:
+            clear()
         y_pred = io.outputs_by_name(self._keras_model(x, training=training))
         y_pred = {name: tf.identity(t, name=self.output_tensor_name(name)) for name, t in y_pred.items()}
         with tf.name_scope("objectives"):
             total, stats = self._objectives.compute(y_true, y_pred)
+            # read right after the call: Keras clears a model's add_loss losses when it is called again
             extra = [tf.cast(t, tf.float32) for t in self._keras_model.losses]
             if extra:
-                total = total + tf.add_n(extra)
+                total = tf.add_n(extra) if total is None else total + tf.add_n(extra)
+            elif total is None:
+                raise ValueError("No loss to compute: no output has a compiled loss and the model added none "
+                                 "(add_loss) in this call.")
         loss = tf.identity(total, name="loss")
         named = {_safe_name(n): tf.identity(v, name=_safe_name(n)) for n, v in stats.items()}
         return loss, named, y_pred

@@ -295,7 +295,7 @@ class KerasData:
         """``(InputSource, steps per epoch)``; each global batch is split over ``num_replicas``,
         each part followed by its share (see :class:`SplitBatches`)."""
         if self.kind == "dataset":
-            ds = self.source.map(lambda *e: tuple(flatten(e if len(e) > 1 else e[0])))
+            ds = self.source.map(lambda *e: tuple(flatten(_as_datapoint(e))))
             if num_replicas > 1:
                 ds = _split_dataset(ds, num_replicas)
             else:
@@ -307,6 +307,15 @@ class KerasData:
         return QueueInput(flow), self.steps
 
 
+def _as_datapoint(elem: tuple):
+    """A dataset element (the arguments ``Dataset.map`` passes) as a datapoint: ``(x, y)``, a flat
+    tuple, a dict, or ``(x,)`` for an element that is ``x`` alone (a model trained on its
+    ``add_loss`` losses takes no targets)."""
+    if len(elem) > 1 or isinstance(elem[0], (dict, tuple, list)):
+        return elem if len(elem) > 1 else elem[0]
+    return elem
+
+
 def _dataflow_len(ds) -> Optional[int]:
     try:
         return int(len(ds))
@@ -315,7 +324,8 @@ def _dataflow_len(ds) -> Optional[int]:
 
 
 def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool = True) -> KerasData:
-    """Wrap ``data`` (see the module doc). ``data`` may be ``(x, y)``, or ``x`` with ``y`` given apart.
+    """Wrap ``data`` (see the module doc). ``data`` may be ``(x, y)``, or ``x`` with ``y`` given apart,
+    or ``x`` alone (arrays; batches ``(x,)``) for a model compiled with ``loss=None``.
 
     ``batch_size`` applies to numpy arrays only (default 32); other sources are batched already.
     """
@@ -342,14 +352,21 @@ def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool 
         return KerasData("dataflow", flow, flow.peek(), None)
     if y is None and isinstance(data, tuple) and len(data) == 2:
         data, y = data
-    if y is None:
+    if y is None and not _is_arrays(data):
         raise TypeError(f"Cannot train on a {type(data).__name__}: give (x, y) numpy arrays, a tf.data.Dataset, "
                         "a keras.utils.PyDataset or a DataFlow of (x, y) batches.")
+    # y None: inputs only, batches (x,) (Keras' fit(x) for a model whose add_loss losses are the loss)
     try:
         flow = ArrayBatches(data, y, batch_size or DEFAULT_BATCH_SIZE, shuffle=shuffle)
     except TypeError as e:
         raise TypeError(f"Cannot read the data as numpy arrays: {e}") from e
     return KerasData("dataflow", flow, flow.batch(slice(0, flow.batch_size)), len(flow))
+
+
+def _is_arrays(data) -> bool:
+    """Whether ``data`` is array-like inputs ``x``: an array, or a list / dict of arrays."""
+    leaves = _leaves(data)
+    return bool(leaves) and all(hasattr(a, "shape") and hasattr(a, "dtype") for a in leaves)
 
 
 def _no_batch_size(batch_size, what: str) -> None:

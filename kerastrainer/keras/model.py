@@ -69,7 +69,7 @@ from ..utils import logger
 from ..utils.cluster import ShardedDataFlow, shard_dataflow
 from .adapter import KerasModelDesc
 from .callbacks import KerasCallback, wrap_keras_callbacks
-from .data import DEFAULT_BATCH_SIZE, KerasData, _map, as_keras_data
+from .data import DEFAULT_BATCH_SIZE, SHARE_SPEC, KerasData, _FlatBatches, _map, as_keras_data
 from .objectives import Objectives
 from .structure import KerasSignatureError, ModelIO, as_spec_list, flatten_xy
 from .variables import place_off_strategy, rekey_optimizer, unique_variables
@@ -90,9 +90,20 @@ def _first_sample_batch(struct):
 
 
 def _split_xy(first, n_inputs_hint: Optional[int] = None):
-    """``(x, y)`` of a first datapoint that is ``(x, y)`` or a flat list (``n_inputs_hint`` inputs)."""
+    """``(x, y)`` of a first datapoint that is ``(x, y)``, a flat list (``n_inputs_hint`` inputs),
+    or ``x`` alone (``(x,)`` or an array: y is None, for a model whose loss is its ``add_loss``).
+
+    Example::
+
+        _split_xy((x, y))   # (x, y)
+        _split_xy((x,))     # (x, None)
+    """
     if isinstance(first, (list, tuple)) and len(first) == 2:
         return first[0], first[1]
+    if isinstance(first, (list, tuple)) and len(first) == 1:
+        return first[0], None
+    if not isinstance(first, (list, tuple, dict)):
+        return first, None
     if isinstance(first, (list, tuple)) and n_inputs_hint is not None and len(first) > n_inputs_hint:
         x = first[:n_inputs_hint]
         y = first[n_inputs_hint:]
@@ -239,16 +250,19 @@ class KerasModel:
         self.history: Optional[keras.callbacks.History] = None
 
     # --- compile ------------------------------------------------------------------------------
-    def compile(self, optimizer, loss, metrics=None, loss_weights=None,
+    def compile(self, optimizer, loss=None, metrics=None, loss_weights=None,
                 jit_compile: Union[bool, str] = "auto") -> None:
         """Like ``keras.Model.compile``: a Keras optimizer (or its name; a ``tf.compat.v1.train``
         optimizer, as tensorpack's ``KerasModel`` took, becomes the Keras optimizer with the
         same update rule), the loss(es), the metrics.
 
         Losses and metrics may be Keras objects, functions or strings; a list or dict
-        gives one per output. ``jit_compile``: XLA, as the trainer's argument: ``'auto'``
-        (on GPUs, with a fallback when XLA cannot compile the model) leaves the trainer's
-        own setting; True or False overrides it.
+        gives one per output. ``loss=None``, as in Keras 3: the model's own losses
+        (``add_loss`` in a layer's ``call``) are the loss, and the data need no targets
+        (``fit(input=x)``); ``fit`` raises an error when the model adds none.
+        ``jit_compile``: XLA, as the trainer's argument: ``'auto'`` (on GPUs, with a
+        fallback when XLA cannot compile the model) leaves the trainer's own setting;
+        True or False overrides it.
         """
         if isinstance(jit_compile, str) and jit_compile != "auto" or jit_compile not in (True, False, "auto"):
             raise ValueError(f"jit_compile must be True, False or 'auto'; got {jit_compile!r}")
@@ -258,8 +272,6 @@ class KerasModel:
             opt = translate_optimizer(opt)
         if not isinstance(opt, keras.optimizers.Optimizer):
             raise TypeError(f"compile(optimizer=...) needs a Keras optimizer or its name; got {type(optimizer).__name__}.")
-        if loss is None:
-            raise ValueError("compile(loss=...) is required.")
         self._optimizer = opt
         self._compile_args = dict(loss=loss, metrics=metrics, loss_weights=loss_weights)
         self._jit_compile = jit_compile
@@ -292,6 +304,9 @@ class KerasModel:
             raise KerasSignatureError(f"The model cannot be called on the data's inputs: {e}") from e
         out_names, out_kind = _output_names(model, y_pred)
         objectives = Objectives(output_names=out_names, **self._compile_args)
+        if not objectives.has_output_loss and not model.losses:  # the probe's call ran the add_loss calls
+            raise ValueError(f"No loss to compute: compile(loss=...) gives no loss for the outputs {out_names} "
+                             "and the model adds none (add_loss in a layer's call). Give compile a loss.")
         io = ModelIO.from_model(model, x, y, out_names, out_kind, objectives.has_loss,
                                 self.input_signature, self.target_signature)
         y_flat = io._flat_y(y)
@@ -417,6 +432,8 @@ class KerasModel:
             cbs.append(InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val")))
         history = keras.callbacks.History()
         user = wrap_keras_callbacks(callbacks, self.model)
+        if SHARE_SPEC.name in desc.input_names:
+            _share_for_runners(user, _flattener(self._io))
         # Keras callbacks after the validation so that their logs hold val_* statistics
         cbs += [c for c in user if not isinstance(c, KerasCallback)]
         cbs += [c for c in user if isinstance(c, KerasCallback)] + [KerasCallback(history, self.model)]
@@ -483,6 +500,16 @@ class KerasModel:
     def predict(self, x, batch_size: Optional[int] = None):
         """The model's outputs on ``x``: ``keras.Model.predict`` on the trained model."""
         return self.model.predict(x, batch_size=batch_size, verbose=0)
+
+
+def _share_for_runners(callbacks: Sequence, flatten: Callable) -> None:
+    """Let the user's InferenceRunners (tensorpack's ``DataParallelInferenceRunner(df_val, ...)``
+    beside a KerasModel) feed ``[inputs..., targets...]`` datapoints to a global-batch model,
+    whose signature ends with the replica share: each datapoint is flattened and gets the
+    share of a whole batch, 1.0, as ``validation_data`` does."""
+    for cb in callbacks:
+        if isinstance(cb, InferenceRunner) and not isinstance(cb._input, _FlatBatches):
+            cb._input = _FlatBatches(cb._input, flatten, with_share=True)
 
 
 def _flattener(io: ModelIO) -> Callable:

@@ -5,7 +5,10 @@ Losses and metrics may be Keras objects, functions or strings (``'accuracy'`` an
 as in Keras). A single loss applies to every output; a list gives one per output;
 a dict maps output names to losses (outputs left out have no loss and no target).
 Metrics are a list (applied to every output), a list of lists (one list per
-output) or a dict.
+output) or a dict. ``loss=None`` (Keras 3's default) compiles no output loss: the
+model's own ``add_loss`` losses are the whole loss (a VAE's KL and reconstruction
+terms), and no output needs a target; :meth:`Objectives.compute` then returns a
+total of None, and the caller adds ``model.losses``.
 
 Metrics are computed *per batch, without state* (``Metric.stateless_*``), so they
 can run inside every replica of every step; the trainer averages them over the
@@ -22,7 +25,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -68,12 +71,9 @@ class Objectives:
     """Resolved losses and metrics of a compiled Keras model (see the module doc)."""
 
     def __init__(self, loss, metrics, loss_weights, output_names: List[str]):
-        if loss is None:
-            raise ValueError("KerasModel.compile needs a loss (a Keras loss, function or string).")
         self.output_names = list(output_names)
+        # None: no output loss, the model's add_loss losses are the loss (checked by the caller)
         self.loss_ids = _per_output(loss, self.output_names, "loss")
-        if not any(v is not None for v in self.loss_ids.values()):
-            raise ValueError(f"compile(loss=...) gives no loss for any output of {self.output_names}.")
         weights = _per_output(loss_weights, self.output_names, "loss_weights") if loss_weights is not None \
             else {o: 1.0 for o in self.output_names}
         self.loss_weights = {o: float(1.0 if w is None else w) for o, w in weights.items()}
@@ -172,8 +172,15 @@ class Objectives:
         """Every statistic :meth:`compute` returns besides the total ``'loss'``."""
         return self.loss_names + [n for o in self.output_names for n, _ in self.metrics.get(o, [])]
 
-    def compute(self, y_true: Dict[str, tf.Tensor], y_pred: Dict[str, tf.Tensor]) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
-        """``(weighted sum of the output losses, {statistic name: scalar})`` for one batch."""
+    @property
+    def has_output_loss(self) -> bool:
+        """Whether any output has a compiled loss (else only the model's ``add_loss`` losses count)."""
+        return any(self.has_loss.values())
+
+    def compute(self, y_true: Dict[str, tf.Tensor],
+                y_pred: Dict[str, tf.Tensor]) -> Tuple[Optional[tf.Tensor], Dict[str, tf.Tensor]]:
+        """``(weighted sum of the output losses, {statistic name: scalar})`` for one batch; the sum
+        is None when no output has a loss."""
         total = None
         stats = {}
         multi = len(self.output_names) > 1

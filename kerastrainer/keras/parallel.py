@@ -340,7 +340,8 @@ class ModelMGPU(keras.Model):
         """Keras' ``fit``: ``batch_size`` is the global batch, split across the devices.
 
         ``x`` may also be a ``PyDataset`` / Keras 2 generator (``ImageDataGenerator.flow``)
-        or a Python generator of ``(x, y)`` batches (give ``steps_per_epoch``)."""
+        or a Python generator of ``(x, y)`` batches (give ``steps_per_epoch``). ``y`` may be
+        left out when the model was compiled with ``loss=None`` (its ``add_loss`` losses)."""
         if validation_split:
             raise ValueError("validation_split is not supported; give validation_data.")
         given = sorted(k for k, v in kwargs.items() if v is not None)

@@ -155,6 +155,10 @@ class ModelIO:
         n = len(self.target_outputs)
         if n == 0:
             return []
+        if y is None:
+            raise KerasSignatureError(f"The data has no targets; the model needs {n}, one for each output with a "
+                                      f"loss: {self.target_outputs}. Give (x, y), or compile(loss=None) when the "
+                                      "model's add_loss losses are the whole loss.")
         if isinstance(y, dict):
             missing = [o for o in self.target_outputs if o not in y]
             if missing:
@@ -291,6 +295,8 @@ def flatten_xy(dp, io: ModelIO) -> list:
                                   f"got a {type(dp).__name__}.")
     if len(dp) == 2 and (n_in + n_t != 2 or _is_structure(dp[0]) or _is_structure(dp[1])):
         return io._flat_x(dp[0]) + io._flat_y(dp[1])
+    if len(dp) == 1 and (n_in != 1 or _is_structure(dp[0])):  # (x,): inputs only
+        return io._flat_x(dp[0]) + io._flat_y(None)
     if len(dp) == n_in + n_t and not any(_is_structure(c) for c in dp):
         return list(dp)
     if len(dp) == 3 and n_in + n_t != 3:

@@ -1,4 +1,4 @@
-"""Mirrors ``tensorpack.tfutils.optimizer``: apply_grad_processors."""
-from ..compat.gradproc import apply_grad_processors
+"""Mirrors ``tensorpack.tfutils.optimizer``: apply_grad_processors, AccumGradOptimizer."""
+from ..compat.gradproc import AccumGradOptimizer, apply_grad_processors
 
-__all__ = ["apply_grad_processors"]
+__all__ = ["apply_grad_processors", "AccumGradOptimizer"]

@@ -26,6 +26,8 @@ import tensorflow as tf
 
 from ..callbacks.base import Callback, StopTraining
 from ..compat.global_step import global_step_of, set_current_global_step
+from ..compat.keras_random import with_keras_random_state
+from ..compat.optimizer import learning_rate_variable
 from ..input_source.base import InputSource, InputSourceError
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
@@ -349,7 +351,8 @@ class Trainer:
             hist = {n: tf.compat.v1.placeholder_with_default(tf.zeros([0]), shape=None)
                     for n in histogram_names}
             for i in tf.range(k):
-                per_replica, per_replica_hist = strategy.run(replica_step, args=feeds)
+                # Keras keeps its random-seed state per thread, and replicas trace in threads of their own
+                per_replica, per_replica_hist = strategy.run(with_keras_random_state(replica_step), args=feeds)
                 global_step.assign_add(1)
                 step = {n: strategy.reduce(mean if n == cost_key else total, per_replica[n], axis=None)
                         for n in acc}
@@ -472,6 +475,8 @@ class Trainer:
         if name in ("learning_rate", "lr"):
             opt = getattr(self.optimizer, "inner_optimizer", self.optimizer)
             lr = opt.learning_rate
+            if not hasattr(lr, "assign") and learning_rate_variable(opt) is not None:
+                return learning_rate_variable(opt)  # a tfv1 optimizer's learning-rate variable
             named = self.named_variables()
             if not hasattr(lr, "assign") and name in named:
                 return named[name]  # a learning-rate variable of the model (tfv1.get_variable idiom)

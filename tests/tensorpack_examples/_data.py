@@ -55,3 +55,39 @@ def write_svhn(root, n_train=256, n_test=128, n_extra=128, seed=0):
         y = np.where(digits == 0, 10, digits).astype(np.uint8).reshape(n, 1)
         scipy.io.savemat(os.path.join(d, f"{name}_32x32.mat"), {"X": x, "y": y})
     return d
+
+
+def write_ilsvrc12(root, meta_dir=None, wnids=("n01440764", "n01443537", "n01484850"),
+                   n_train_per_class=8, n_val=6, size=(40, 70), seed=0):
+    """A tiny ILSVRC12 root in the layout tensorpack's ``dataset.ILSVRC12`` reads:
+    ``train/<wnid>/<wnid>_<i>.JPEG`` and a flat ``val/``, with the metadata ``val.txt``
+    ("<file> <label>" lines) and ``synsets.txt`` (one wnid a line, the label order) in
+    ``meta_dir`` (default ``root``; the readers' default is ``<dataset dir>/ilsvrc_metadata``).
+    Real JPEG files of random sizes in ``size``; a class is a brightness level plus noise, so a
+    model learns it in a few steps. Needs opencv."""
+    import cv2
+
+    rng = np.random.RandomState(seed)
+
+    def jpeg(path, label):
+        h, w = rng.randint(size[0], size[1], size=2)
+        img = np.clip(rng.rand(h, w, 3) * 60 + label * 90, 0, 255).astype(np.uint8)
+        assert cv2.imwrite(path, img), path
+
+    for label, wnid in enumerate(wnids):
+        os.makedirs(os.path.join(root, "train", wnid), exist_ok=True)
+        for i in range(n_train_per_class):
+            jpeg(os.path.join(root, "train", wnid, f"{wnid}_{i}.JPEG"), label)
+    os.makedirs(os.path.join(root, "val"), exist_ok=True)
+    lines = []
+    for i in range(n_val):
+        name = f"ILSVRC2012_val_{i + 1:08d}.JPEG"
+        jpeg(os.path.join(root, "val", name), i % len(wnids))
+        lines.append(f"{name} {i % len(wnids)}\n")
+    meta_dir = meta_dir or root
+    os.makedirs(meta_dir, exist_ok=True)
+    with open(os.path.join(meta_dir, "val.txt"), "w") as f:
+        f.writelines(lines)
+    with open(os.path.join(meta_dir, "synsets.txt"), "w") as f:
+        f.writelines(w + "\n" for w in wnids)
+    return root
