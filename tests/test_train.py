@@ -217,6 +217,21 @@ def test_ctrl_c_mid_call_counts_the_steps_the_call_ran():
     assert not _producer_threads()
 
 
+def test_sigterm_outside_a_call_terminates_even_when_the_watcher_saw_it_first():
+    # the watcher thread records the signal before the main thread's handler runs; SIGTERM
+    # must still end as TrainingTerminated (exit 143), not as a Ctrl-C
+    import signal
+    from kerastrainer.train import TrainingTerminated
+    t = SimpleTrainer()
+    t._stop_signum = signal.SIGTERM     # what _on_signal did in the watcher thread
+    with pytest.raises(TrainingTerminated) as info:
+        t._on_stop_signal(signal.SIGTERM, None)
+    assert info.value.code == 128 + signal.SIGTERM
+    t2 = SimpleTrainer()
+    with pytest.raises(KeyboardInterrupt):
+        t2._on_stop_signal(signal.SIGINT, None)
+
+
 def test_stop_training_from_callback():
     class Stop(Callback):
         def _trigger_epoch(self):

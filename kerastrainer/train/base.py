@@ -683,8 +683,7 @@ class Trainer:
         self._own_handlers = {}
 
     def _on_stop_signal(self, signum, frame):
-        first = self._stop_signum is None
-        if first:
+        if self._stop_signum is None:   # (the watcher thread may have seen it first)
             self._stop_signum = signum
         if self._call_started is not None and not self._interrupted:
             self._interrupted = True
@@ -693,9 +692,8 @@ class Trainer:
             else:
                 logger.info("Ctrl-C: stopping after the current call (press again to stop at once).")
             return
-        if signum == signal.SIGTERM and first:
-            raise TrainingTerminated()
-        raise KeyboardInterrupt
+        # outside a call, or a second signal: at once, still through the callbacks' after_train
+        raise TrainingTerminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     def _on_signal(self, signum: int) -> None:
         """Watcher thread: a stop signal while a step may be blocked waiting for data: fail the wait now."""
