@@ -85,14 +85,6 @@ def _remove_prefix(prefix: str) -> None:
             logger.warn("Could not remove old checkpoint file %s: %s", f, e)
 
 
-def _is_write_failure(err: BaseException) -> bool:
-    """An error of the file system or of TF's checkpoint I/O (ENOSPC, EFBIG, EACCES, ...)."""
-    if isinstance(err, OSError):
-        return True
-    import tensorflow as tf
-    return isinstance(err, tf.errors.OpError)
-
-
 def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{max(1, nbytes // 1024)} KiB"
 
@@ -253,6 +245,7 @@ class ModelSaver(Callback):
             self._save_as_non_chief()
             self._last_saved_step = gs  # the same decisions as the chief at after_train
             return None
+        import tensorflow as tf
         name = f"{CHECKPOINT_PREFIX}-{gs}"
         final = os.path.join(self.checkpoint_dir, name)
         t0 = time.perf_counter()
@@ -271,11 +264,7 @@ class ModelSaver(Callback):
                 shutil.rmtree(tmpdir, ignore_errors=True)
             _verify(final)
             self._record(name)
-        except NonFiniteWeightsError:
-            raise
-        except Exception as e:
-            if not _is_write_failure(e):
-                raise
+        except (OSError, tf.errors.OpError) as e:   # the file system's or TF's checkpoint I/O
             if all(n != name for n, _ in self._kept):
                 _remove_prefix(final)   # not pointed to: its files only take space
             self._failed_step = gs

@@ -311,8 +311,8 @@ def _as_datapoint(elem: tuple):
     """A dataset element (the arguments ``Dataset.map`` passes) as a datapoint: ``(x, y)``, a flat
     tuple, a dict, or ``(x,)`` for an element that is ``x`` alone (a model trained on its
     ``add_loss`` losses takes no targets)."""
-    if len(elem) > 1 or isinstance(elem[0], (dict, tuple, list)):
-        return elem if len(elem) > 1 else elem[0]
+    if len(elem) == 1 and isinstance(elem[0], (dict, tuple, list)):
+        return elem[0]
     return elem
 
 

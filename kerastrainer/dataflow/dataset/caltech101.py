@@ -7,9 +7,8 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ._arrays import ImageLabelArrays
-from . import files as _files
 from ._matfile import load_mat
-from .files import DatasetFilesNotFound, get_dataset_path
+from .files import get_dataset_path, single_file
 
 __all__ = ["Caltech101Silhouettes"]
 
@@ -45,15 +44,7 @@ class Caltech101Silhouettes(ImageLabelArrays):
         self.name = name
         self.shuffle = bool(shuffle)
         self.dir = os.path.expanduser(dir) if dir is not None else get_dataset_path(self.DIR_NAME)
-        path = os.path.join(self.dir, self.FILE)
-        if not os.path.isfile(path):
-            if download:  # the argument hides files.download, hence the module prefix
-                path = _files.download(self.URL + self.FILE, self.dir)
-            else:
-                raise DatasetFilesNotFound(
-                    self.NAME, self.dir, [self.FILE],
-                    f"Pass download=True to fetch it from {self.URL}, or copy the .mat file there "
-                    "(or pass dir=<the folder that holds it>).")
+        path = single_file(self.NAME, self.dir, self.FILE, self.URL, download)
         self.path = path
         self.images, self.labels = _read_split(path, name, self.NAME)
 

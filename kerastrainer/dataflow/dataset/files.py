@@ -13,7 +13,7 @@ from typing import Iterable, Optional, Sequence
 
 from ...utils import logger
 
-__all__ = ["get_dataset_path", "download", "extract_tar", "DatasetFilesNotFound"]
+__all__ = ["get_dataset_path", "download", "extract_tar", "DatasetFilesNotFound", "single_file"]
 
 
 def get_dataset_path(*names: str) -> str:
@@ -87,3 +87,24 @@ def first_existing(paths: Iterable[str]) -> Optional[str]:
         if os.path.isfile(p):
             return p
     return None
+
+
+def single_file(dataset: str, directory: str, filename: str, url: str, do_download: bool,
+                dir_arg: str = "dir") -> str:
+    """The path of a dataset's one file ``directory/filename``: fetched from ``url + filename``
+    when missing and ``do_download``; else :class:`DatasetFilesNotFound` saying how to get it
+    (``dir_arg``: the reader's name for its folder argument).
+
+    Example::
+
+        path = single_file('SVHNDigit', '~/data/svhn', 'train_32x32.mat', SVHNDigit.URL, False)
+    """
+    path = os.path.join(directory, filename)
+    if os.path.isfile(path):
+        return path
+    if do_download:
+        return download(url + filename, directory)
+    raise DatasetFilesNotFound(
+        dataset, directory, [filename],
+        f"Pass download=True to fetch it from {url}, or copy the file there "
+        f"(or pass {dir_arg}=<the folder that holds it>).")

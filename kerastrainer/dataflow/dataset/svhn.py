@@ -10,9 +10,8 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from ._arrays import ImageLabelArrays
-from . import files as _files
 from ._matfile import load_mat
-from .files import DatasetFilesNotFound, get_dataset_path
+from .files import get_dataset_path, single_file
 
 __all__ = ["SVHNDigit"]
 
@@ -74,15 +73,7 @@ class SVHNDigit(ImageLabelArrays):
         self.name = name
         self.shuffle = bool(shuffle)
         self.dir = os.path.expanduser(data_dir) if data_dir is not None else get_dataset_path(self.DIR_NAME)
-        path = os.path.join(self.dir, f"{name}_32x32.mat")
-        if not os.path.isfile(path):
-            if download:  # the argument hides files.download, hence the module prefix
-                path = _files.download(self.URL + os.path.basename(path), self.dir)
-            else:
-                raise DatasetFilesNotFound(
-                    self.NAME, self.dir, [os.path.basename(path)],
-                    f"Pass download=True to fetch it from {self.URL}, or copy the .mat file there "
-                    "(or pass data_dir=<the folder that holds it>).")
+        path = single_file(self.NAME, self.dir, f"{name}_32x32.mat", self.URL, download, dir_arg="data_dir")
         self.path = path
         self.images, self.labels = self._read(path)
 
