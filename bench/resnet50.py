@@ -11,7 +11,8 @@ in time is reported as "not finished" (``fit`` with XLA gets ``--fit-timeout``).
    - ModelDesc: the model of ``examples/imagenet/imagenet-resnet.py`` (the ResNet-50 zoo:
      v1.5, bias-free convs), ``SimpleTrainer``, fed by
      ``DummyConstantInput`` (the model's ceiling), by ``QueueInput`` of the example's fake
-     uint8 DataFlow (``StagingInput`` around it on a GPU, the default), and by the example's
+     uint8 DataFlow (``StagingInput`` around it on a GPU, the default: a thread stages the
+     batches; ``md-queue-step-xla`` is the in-loop staging it replaced), and by the example's
      real training pipeline (``imagenet_utils.get_imagenet_dataflow``: JPEG decode +
      fb.resnet augmentation in ``--df-workers`` processes) over generated JPEGs.
    - KerasModel: ``keras.applications.ResNet50(weights=None)`` as
@@ -68,13 +69,15 @@ ROWS = {
     "md-dummy-xla": ("ModelDesc, DummyConstantInput, XLA on", "train-modeldesc", "dummy", "on"),
     "md-queue": ("ModelDesc, QueueInput (fake uint8), XLA off", "train-modeldesc", "queue", "off"),
     "md-queue-xla": ("ModelDesc, QueueInput (fake uint8), XLA on", "train-modeldesc", "queue", "on"),
+    # the default on a GPU stages batches from a thread; the in-loop staging it replaced
+    "md-queue-step-xla": ("ModelDesc, QueueInput, StagingInput(mode='step', nr_stage=1) (before), XLA on",
+                          "train-modeldesc", "queue-step", "on"),
     "md-jpeg-xla": ("ModelDesc, real JPEG pipeline, XLA on", "train-modeldesc", "jpeg", "on"),
     # where QueueInput's gap to the ceiling goes (bench/README.md, "On one H100"), not run by default
-    "md-queue2-xla": ("ModelDesc, QueueInput + StagingInput(nr_stage=2), XLA on", "train-modeldesc", "queue2", "on"),
+    "md-queue2-xla": ("ModelDesc, QueueInput + StagingInput(mode='step', nr_stage=2), XLA on", "train-modeldesc",
+                      "queue2", "on"),
     "md-tfdata-xla": ("ModelDesc, TFDatasetInput (from_generator, prefetch to the GPU), XLA on", "train-modeldesc",
                       "tfdata", "on"),
-    "md-thread-xla": ("ModelDesc, batches staged on the GPU by a Python thread, XLA on", "train-modeldesc",
-                      "thread", "on"),
     "km": ("KerasModel (keras ResNet50), XLA off", "train-kerasmodel", "queue", "off"),
     "km-xla": ("KerasModel (keras ResNet50), XLA on", "train-kerasmodel", "queue", "on"),
     "fit": ("keras.Model.fit (same keras ResNet50), XLA off", "train-fit", "tfdata", "off"),
@@ -86,7 +89,8 @@ ROWS = {
     "km-xla-fused": ("KerasModel, XLA on, KERASTRAINER_XLA_DEFAULTS=0 (cuDNN conv+bias fusion on)",
                      "train-kerasmodel", "queue", "on"),
 }
-DEFAULT_ROWS = ["md-dummy-xla", "md-queue", "md-queue-xla", "md-jpeg-xla", "km", "km-xla", "fit", "fit-xla"]
+DEFAULT_ROWS = ["md-dummy-xla", "md-queue", "md-queue-xla", "md-queue-step-xla", "md-jpeg-xla", "km", "km-xla", "fit",
+                "fit-xla"]
 ROW_XLA_FLAGS = {"km-xla-noautotune": "--xla_gpu_autotune_level=0"}
 ROW_ENV = {"km-xla-fused": {"KERASTRAINER_XLA_DEFAULTS": "0"}}
 DEFAULTS = {  # --device -> batch, image size, precision, timed steps
@@ -222,13 +226,12 @@ def child_train_modeldesc(args):
     elif args.input == "jpeg":
         df = U.get_imagenet_dataflow(args.images_dir, "train", args.batch, args.image_size, num_proc=args.df_workers)
         data = dict(dataflow=df)  # the default input: QueueInput, StagingInput around it on a GPU
-    elif args.input == "queue2":
+    elif args.input in ("queue-step", "queue2"):
         from kerastrainer import QueueInput, StagingInput
-        data = dict(data=StagingInput(QueueInput(U.FakeImageNetData(args.batch, args.image_size)), nr_stage=2))
+        data = dict(data=StagingInput(QueueInput(U.FakeImageNetData(args.batch, args.image_size)), mode="step",
+                                      nr_stage=2 if args.input == "queue2" else 1))
     elif args.input == "tfdata":
         data = dict(data=_tfdata_input(tf, U.FakeImageNetData(args.batch, args.image_size), args))
-    elif args.input == "thread":
-        data = dict(data=_thread_staged_input(tf, U.FakeImageNetData(args.batch, args.image_size), args))
     else:
         data = dict(dataflow=U.FakeImageNetData(args.batch, args.image_size))
     trainer = _trainer(args)
@@ -236,44 +239,6 @@ def child_train_modeldesc(args):
                       max_epoch=2, **data)
     launch_train_with_config(cfg, trainer)
     _report_kerastrainer(args, timer, trainer)
-    if args.input == "thread":  # its producer thread may sit in a blocked Stage op: do not wait for it
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-
-
-def _thread_staged_input(tf, df, args, depth: int = 3):
-    """An experiment for QueueInput's gap: a Python thread copies each batch to the device and
-    stages it there (eager ``Stage`` ops), outside the train function's loop, which only unstages.
-    Bench-only: no error or Ctrl-C handling (a producer that fails leaves the step waiting)."""
-    import threading
-    from kerastrainer.input_source.base import InputSource
-    device = "/gpu:0" if args.device == "gpu" else "/cpu:0"
-    name = "bench_thread_staged"
-
-    class ThreadStaged(InputSource):
-        batch_size = args.batch
-
-        def _setup(self, specs):
-            self.dtypes = [s.dtype for s in specs]
-            df.reset_state()
-            threading.Thread(target=self._produce, daemon=True).start()
-
-        def _produce(self):
-            while True:
-                for dp in df:
-                    with tf.device(device):
-                        tf.raw_ops.Stage(values=[tf.constant(a, dtype=d) for a, d in zip(dp, self.dtypes)],
-                                         shared_name=name, capacity=depth)
-
-        def _get_input_tensors(self):
-            with tf.device(device):
-                tensors = tf.raw_ops.Unstage(dtypes=self.dtypes, shared_name=name, capacity=depth)
-            return self.set_shapes(list(tensors))
-
-        def size(self):
-            return len(df)
-    return ThreadStaged()
 
 
 def _tfdata_input(tf, df, args):

@@ -99,12 +99,12 @@ def test_steps_per_epoch_counts_batches_per_tower():
     assert t.steps_per_epoch == 5
 
 
-@pytest.mark.parametrize("towers,nr_stage", [(1, 2), (2, 1)])
-def test_staging_input_keeps_the_batch_sequence(towers, nr_stage):
+@pytest.mark.parametrize("towers,nr_stage,mode", [(1, 2, "thread"), (1, 2, "step"), (2, 1, "step")])
+def test_staging_input_keeps_the_batch_sequence(towers, nr_stage, mode):
     """StagingInput (forced on CPU devices) trains exactly like the queue it wraps.
 
-    (With several towers and nr_stage > 1 the batches a step groups differ, so
-    equality holds for nr_stage=1 there.)"""
+    (In mode 'step' with several towers and nr_stage > 1 the batches a step groups differ,
+    so equality holds for nr_stage=1 there; mode 'thread' with towers: test_staging.py.)"""
     from kerastrainer.input_source import QueueInput, StagingInput
 
     init = _reference()
@@ -113,7 +113,7 @@ def test_staging_input_keeps_the_batch_sequence(towers, nr_stage):
         data = LinearData(num_batches=6, batch=32)
         source = QueueInput(Halves(data, towers) if towers > 1 else data)
         if staged:
-            source = StagingInput(source, nr_stage=nr_stage, force=True)
+            source = StagingInput(source, nr_stage=nr_stage, force=True, mode=mode)
         trainer = SimpleTrainer(steps_per_call=4) if towers == 1 else SyncMultiGPUTrainerReplicated(cpus(towers),
                                                                                                       steps_per_call=4)
         model = MLP(lr=0.2)

@@ -69,6 +69,7 @@ def worker_main(argv):
     p.add_argument("--stop-after-epoch", type=int, default=0)
     p.add_argument("--sleep-at-step", type=int, default=0, help="rank 1 idles at this step (kill tests)")
     p.add_argument("--trainer", default="multiworker", choices=["multiworker", "horovod"])
+    p.add_argument("--staging", action="store_true", help="StagingInput's thread stages the batches (forced on CPU)")
     args = p.parse_args(argv)
     if args.trainer == "horovod":
         from kerastrainer.train.horovod import HorovodTrainer
@@ -110,8 +111,13 @@ def worker_main(argv):
                 raise StopTraining("test stop")
 
     callbacks = [ModelSaver(), Record()] + ([StopOnChief()] if args.stop_after_epoch else [])
-    config = AutoResumeTrainConfig(model=make_model(), dataflow=shard_dataflow(make_data(BATCH, NUM_BATCHES)),
-                                   callbacks=callbacks, max_epoch=args.epochs)
+    data = shard_dataflow(make_data(BATCH, NUM_BATCHES))
+    if args.staging:
+        from kerastrainer.input_source import QueueInput, StagingInput
+        data = dict(data=StagingInput(QueueInput(data), force=True))
+    else:
+        data = dict(dataflow=data)
+    config = AutoResumeTrainConfig(model=make_model(), callbacks=callbacks, max_epoch=args.epochs, **data)
     launch_train_with_config(config, trainer)
     record.update(logdir=logger.get_logger_dir(), global_step=trainer.global_step, epoch=trainer.epoch_num,
                   steps_per_epoch=trainer.steps_per_epoch,
@@ -169,11 +175,14 @@ def reference_training(init, steps):
 
 
 # --- tests ---------------------------------------------------------------------------------------
-def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path):
-    rc, output = launch(tmp_path, "--epochs", "2")
+@pytest.mark.parametrize("staging", [False, True], ids=["queue", "staging-thread"])
+def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path, staging):
+    rc, output = launch(tmp_path, "--epochs", "2", *(["--staging"] if staging else []))
     assert rc == 0, output
     out = tmp_path / "out"
     assert "[0] WORKER-DONE 0 2" in output and "[1] WORKER-DONE 1 2" in output
+    if staging:
+        assert output.count("StagingInput: a thread copies each batch to /job:worker/") == 2, output
     records = [json.loads((out / f"record-{r}.json").read_text()) for r in range(2)]
     spe = NUM_BATCHES // 2
     for r, rec in enumerate(records):

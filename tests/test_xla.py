@@ -51,7 +51,7 @@ def _assert_same_training(make_trainer, rtol=1e-4, atol=1e-5, region="step", **k
 
 
 # --- input sources, one device --------------------------------------------------------------
-@pytest.mark.parametrize("source", ["queue", "staging", "tfdata", "dummy"])
+@pytest.mark.parametrize("source", ["queue", "staging", "staging-step", "tfdata", "dummy"])
 def test_xla_equals_no_xla_for_each_input_source(source):
     import tensorflow as tf
     from _models import LinearData
@@ -62,8 +62,8 @@ def test_xla_equals_no_xla_for_each_input_source(source):
         d = LinearData()
         if source == "queue":
             return QueueInput(d)
-        if source == "staging":
-            return StagingInput(QueueInput(d), force=True)  # really staged, on the CPU
+        if source.startswith("staging"):  # really staged, on the CPU
+            return StagingInput(QueueInput(d), force=True, mode="step" if source.endswith("step") else "thread")
         if source == "tfdata":
             return TFDatasetInput(tf.data.Dataset.from_tensor_slices((d.x, d.y)).batch(32).repeat())
         return DummyConstantInput([[32, 8], [32]])

@@ -63,7 +63,7 @@ from ..dataflow.base import is_dataflow
 from ..input_source.base import InputSource
 from ..train.base import Trainer
 from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, TrainConfig
-from ..train.interface import launch_train_with_config
+from ..train.interface import launch_train_with_config, staged_on_gpus
 from ..train.trainers import SimpleTrainer
 from ..utils import logger
 from ..utils.cluster import ShardedDataFlow, shard_dataflow
@@ -396,6 +396,7 @@ class KerasModel:
         n_rep = self._replicas(trainer)
         flatten = _flattener(io)
         source, steps = data.make_input(flatten, n_rep)
+        source = staged_on_gpus(source)
         if steps_per_epoch is None:
             if steps is None:
                 raise ValueError("steps_per_epoch is unknown: the data does not know its length. Give "

@@ -1,6 +1,7 @@
 """FeedfreePredictor: an OfflinePredictor that takes its batches from an InputSource."""
 from __future__ import annotations
 
+import weakref
 from typing import List
 
 import numpy as np
@@ -59,7 +60,9 @@ class FeedfreePredictor:
             cb.setup_graph(host)
         for cb in self._callbacks:
             cb.before_train()
-        self._closed = False
+        # tensorpack's programs never close their predictor: stop the source's threads (and a
+        # DataFlow's workers) once the predictor is garbage, or at exit
+        self._finalizer = weakref.finalize(self, _stop_source, self._callbacks, input_source)
 
     def __call__(self) -> List[np.ndarray]:
         try:
@@ -71,15 +74,16 @@ class FeedfreePredictor:
 
     def close(self) -> None:
         """Stop the input source. Safe to call more than once."""
-        if self._closed:
-            return
-        self._closed = True
-        for cb in self._callbacks:
-            cb.after_train()
-        self.input_source.close()
+        self._finalizer()
 
     def __enter__(self) -> "FeedfreePredictor":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _stop_source(callbacks, input_source: InputSource) -> None:
+    for cb in callbacks:
+        cb.after_train()
+    input_source.close()

@@ -32,6 +32,7 @@ from ..input_source.base import InputSource, InputSourceError
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from ..utils.concurrency import describe_child_processes
+from ..utils.devices import current_replica_index
 from ..utils.interrupt import SignalWatcher
 from ..utils.utils import execute_only_once
 from ..utils.xla_flags import default_flags_state
@@ -49,14 +50,6 @@ class TrainingTerminated(SystemExit):
 
 _PRECISIONS = {None: None, "fp32": None, "float32": None, "bf16": "mixed_bfloat16",
                "mixed_bfloat16": "mixed_bfloat16", "fp16": "mixed_float16", "mixed_float16": "mixed_float16"}
-
-
-def _replica_index() -> int:
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None:
-        return 0
-    rid = tf.get_static_value(ctx.replica_id_in_sync_group)
-    return int(rid) if rid is not None else 0
 
 
 def _device_type(device: str) -> str:
@@ -296,7 +289,7 @@ class Trainer:
         deferred: Dict[int, list] = {}  # replica -> the Keras variables its tower updates
 
         def forward_backward(*inputs):
-            rid = _replica_index()
+            rid = current_replica_index()
             updates = _DeferredUpdates() if defer else contextlib.nullcontext()
             with tf.GradientTape() as tape, updates:
                 cost, ctx = tower(*inputs, name=f"tower{rid}", is_training=True, index=rid, total=num_replicas)
@@ -325,7 +318,7 @@ class Trainer:
 
         def whole_step(*inputs):
             grads, outs, hists, new_values = forward_backward(*inputs)
-            for v, value in zip(deferred.get(_replica_index(), []), new_values):
+            for v, value in zip(deferred.get(current_replica_index(), []), new_values):
                 v.assign(value)
             update(grads)
             return outs, hists

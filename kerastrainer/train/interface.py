@@ -11,7 +11,7 @@ from .base import Trainer
 from .config import TrainConfig, resolve_steps_per_epoch
 from .model_desc import ModelDescBase
 
-__all__ = ["launch_train_with_config", "apply_default_input"]
+__all__ = ["launch_train_with_config", "apply_default_input", "staged_on_gpus"]
 
 
 def apply_default_input(config: TrainConfig) -> InputSource:
@@ -21,9 +21,14 @@ def apply_default_input(config: TrainConfig) -> InputSource:
         return config.data
     if config.dataflow is None:
         raise ValueError("TrainConfig has no data: give dataflow= (a DataFlow) or data= (an InputSource).")
-    source = QueueInput(config.dataflow)
-    if get_num_gpu() > 0:
-        source = StagingInput(source)
+    return staged_on_gpus(QueueInput(config.dataflow))
+
+
+def staged_on_gpus(source: InputSource) -> InputSource:
+    """``source`` inside a StagingInput when there are GPUs (the batches are copied to them
+    ahead of their steps, by a thread outside the train function), else as it is."""
+    if get_num_gpu() > 0 and not isinstance(source, StagingInput):
+        return StagingInput(source)
     return source
 
 

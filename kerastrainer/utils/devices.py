@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-__all__ = ["get_available_gpus", "get_num_gpu", "get_logical_cpus", "training_devices", "ensure_tower_devices"]
+__all__ = ["get_available_gpus", "get_num_gpu", "get_logical_cpus", "training_devices", "ensure_tower_devices",
+           "current_replica_index"]
 
 
 def get_available_gpus() -> List[str]:
@@ -21,6 +22,16 @@ def get_logical_cpus() -> List[str]:
     """Names of the logical CPU devices (several when configured, e.g. in tests)."""
     import tensorflow as tf
     return [f"/cpu:{i}" for i, _ in enumerate(tf.config.list_logical_devices("CPU"))]
+
+
+def current_replica_index() -> int:
+    """The index of the replica whose function is being traced or run (0 outside a replica)."""
+    import tensorflow as tf
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None:
+        return 0
+    rid = tf.get_static_value(ctx.replica_id_in_sync_group)
+    return int(rid) if rid is not None else 0
 
 
 def training_devices(ids) -> List[str]:
