@@ -69,10 +69,9 @@ def worker(args):
     def resnet50(image):
         # the zoo's groups make each bottleneck block an LMS block ('group0/block0', ...)
         from kerastrainer.models.resnet import resnet_backbone, resnet_bottleneck, resnet_group, resnet_stem
-        # --lms-stem: the stem (a fifth of the activations at 224 px) as one more LMS block
-        stem = lms_block("stem", resnet_stem) if args.lms_stem else resnet_stem
+        # the zoo's stem is an LMS block too ('stem'); --no-lms-stem leaves it out (as before 2026-11-25)
         return resnet_backbone(image, [3, 4, 6, 3], resnet_group, resnet_bottleneck, num_classes=1000,
-                               stem_func=stem)
+                               stem_func=resnet_stem)
 
     net = resnet50 if args.model == "resnet50" else convnet
 
@@ -95,7 +94,8 @@ def worker(args):
             step(store, image[:1], label[:1])
             store.allow_create = False
             if policy != "none":
-                LMS(policy, host_device="/cpu:0", swapout_threshold=1).apply(store)
+                LMS(policy, host_device="/cpu:0", swapout_threshold=1,
+                    blocks=["group*"] if args.no_lms_stem else None).apply(store)
             f = tf.function(step, autograph=False)
             f(store, image, label).numpy()
             tf.config.experimental.reset_memory_stats(dev)
@@ -115,7 +115,7 @@ def run(policy, args, batch=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", policy, "--batch", str(batch or args.batch),
            "--size", str(args.size), "--blocks", str(args.blocks), "--steps", str(args.steps),
            "--model", args.model, "--memory-limit-mb", str(args.memory_limit_mb or 0)] + \
-        (["--gpu"] if args.gpu else []) + (["--lms-stem"] if args.lms_stem else []) + \
+        (["--gpu"] if args.gpu else []) + (["--no-lms-stem"] if args.no_lms_stem else []) + \
         ([] if args.gate_chained_above is None else ["--gate-chained-above", str(args.gate_chained_above)])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (ROOT, os.environ.get("PYTHONPATH")) if x))
     if not args.gpu and args.memory_limit_mb:
@@ -221,7 +221,8 @@ def main():
     p.add_argument("--parallel-search", action="store_true",
                    help="search the policies' largest batches at the same time (GPU: the probes share it, each "
                         "under its own cap; the step times are then measured one at a time)")
-    p.add_argument("--lms-stem", action="store_true", help="resnet50: the stem is an LMS block too")
+    p.add_argument("--no-lms-stem", action="store_true",
+                   help="resnet50: LMS takes only the residual blocks, not the stem (as before 2026-11-25)")
     p.add_argument("--gate-chained-above", type=float, default=None,
                    help="set kerastrainer.lms.recompute.GATE_CHAINED_ABOVE (1e9: every chained block "
                         "recomputes ungated, as before 2026-11-23)")

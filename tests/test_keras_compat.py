@@ -86,7 +86,8 @@ def test_multi_gpu_model_layers_and_keras2_errors():
     assert pmodel.layers[-2] is model
     assert pmodel.layers[-1].name == model.layers[-1].name  # merged outputs are named after the outputs
     x = _data(13)[0]
-    np.testing.assert_allclose(np.asarray(pmodel(x)), np.asarray(model(x)), rtol=1e-6)
+    # the slices go through other matmul blockings than the whole batch: float32 rounding differs
+    np.testing.assert_allclose(np.asarray(pmodel(x)), np.asarray(model(x)), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"^For multi-gpu usage to be effective, call `multi_gpu_model` with "
                                          r"`gpus >= 2`\. Received: `gpus=1`$"):
         multi_gpu_model(model, gpus=1)

@@ -2,6 +2,7 @@
 survives grappler, recompute lowers peak memory, training through the trainers."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -692,3 +693,46 @@ def test_auto_on_model_desc_estimates_at_the_trainers_batch(kt_log):
     costs, _ = _train(1, lms)
     assert "profiled at batch size 8" in kt_log.text(), kt_log.text()
     assert lms.plan is not None and lms.plan.modes and np.isfinite(costs).all()
+
+
+def test_auto_budget_is_the_cpu_allocator_s_cap(monkeypatch):
+    from kerastrainer.lms.planner import device_memory_budget
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "true")
+    monkeypatch.setenv("TF_CPU_BFC_MEM_LIMIT_IN_MB", "700")
+    assert device_memory_budget() == 700 << 20
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "false")   # the cap is read only with the BFC allocator
+    assert device_memory_budget() != 700 << 20
+
+
+def test_auto_budget_is_a_capped_gpu_s_limit(monkeypatch):
+    """What a GPU capped by set_logical_device_configuration(memory_limit=...) gives LMS('auto'):
+    the cap, not the card's total (the devices are faked here)."""
+    from kerastrainer.lms import planner
+    gpu = tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: ["gpu"] if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [gpu] if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config, "get_logical_device_configuration", lambda device: [
+        tf.config.LogicalDeviceConfiguration(memory_limit=4096), tf.config.LogicalDeviceConfiguration(memory_limit=4096)])
+    assert planner.device_memory_budget() == 4096 << 20
+
+
+@pytest.mark.slow
+def test_tflms_keras_manymodel_port_trains_with_lms_where_it_runs_out_of_memory_without():
+    """TFLMS's Keras_ManyModel.py (ported in tests/seed_programs with its forced edits) on
+    keras.applications.ResNet50 at 512 px, the CPU allocator capped at 600 MiB: without LMS the
+    step runs out of memory; with the program's --lms (TFLMS's auto-tuning, LMS('auto') here)
+    it trains. Its verbatim --serialization knob is warned about by name."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPU_BFC_MEM_LIMIT_IN_MB="600", TF_CPP_MIN_LOG_LEVEL="2")
+    args = [sys.executable, os.path.join(SEEDS, "tflms_keras_manymodel.py"), "--model", "resnet50",
+            "--image_size", "512", "--steps", "2", "--channels_last"]
+    runs = {flag: subprocess.run(args + flags, capture_output=True, text=True, timeout=600, env=env, cwd=SEEDS)
+            for flag, flags in (("none", ["--no-lms"]), ("lms", ["--lms", "--serialization", "3"]))}
+    none, lms = runs["none"], runs["lms"]
+    assert none.returncode != 0 and "OOM when allocating" in none.stderr, none.stderr[-3000:]
+    out = lms.stdout + lms.stderr
+    assert lms.returncode == 0, out[-3000:]
+    assert "LMS auto: budget 600.0 MiB" in out and "recompute: " in out, out[-3000:]
+    assert "serialization=['3:'] has no TF2 equivalent" in out, out[-3000:]
+    losses = [float(x) for x in re.findall(r"loss: ([-+0-9.eE]+|nan|inf)", out)]
+    assert losses and np.isfinite(losses).all()

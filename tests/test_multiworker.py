@@ -182,7 +182,7 @@ def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path, 
     out = tmp_path / "out"
     assert "[0] WORKER-DONE 0 2" in output and "[1] WORKER-DONE 1 2" in output
     if staging:
-        assert output.count("StagingInput: a thread copies each batch to /job:worker/") == 2, output
+        assert output.count("StagingInput: a thread copies each batch to /device:CPU:0") == 2, output
     records = [json.loads((out / f"record-{r}.json").read_text()) for r in range(2)]
     spe = NUM_BATCHES // 2
     for r, rec in enumerate(records):

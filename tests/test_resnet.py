@@ -148,12 +148,16 @@ def test_blocks_are_lms_blocks_with_unchanged_gradients(mode):
     ref = tf.function(grads, autograph=False)()
     for k, v in moving.items():  # the same BatchNorm statistics for the second run
         store.named_variables()[k].assign(v)
-    lms = LMS("recompute", blocks=["group*"])
-    lms.apply(store)
-    try:
-        got = tf.function(grads, autograph=False)()
-    finally:
-        lms.remove()
-    assert sorted(lms.seen_blocks) == sorted(f"group{g}/block{b}" for g in range(4) for b in range(2))
-    for a, b in zip(got, ref):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
+    residual = [f"group{g}/block{b}" for g in range(4) for b in range(2)]
+    # the stem is a block too, without a scope of its own: its layers keep their names
+    assert {"conv0/W", "conv0/bn/gamma"} <= set(store.named_variables())
+    for blocks, seen in ((["group*"], residual), (None, residual + ["stem"])):
+        lms = LMS("recompute", blocks=blocks)
+        lms.apply(store)
+        try:
+            got = tf.function(grads, autograph=False)()
+        finally:
+            lms.remove()
+        assert sorted(lms.seen_blocks) == sorted(seen)
+        for a, b in zip(got, ref):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)

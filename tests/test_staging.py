@@ -202,13 +202,16 @@ def test_feedfree_predictor_reads_through_staging():
 def test_tensorpack_eval_classification_runs_unchanged(capsys):
     """tensorpack's imagenet_utils.eval_classification (ported unchanged in tests/tensorpack_examples)
     predicts through ``StagingInput(QueueInput(df), device='/gpu:0')``."""
-    import sys
     import tensorflow as tf
     from kerastrainer.dataflow import DataFromList
     from kerastrainer.models import FullyConnected
     from kerastrainer.train import ModelDesc
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tensorpack_examples"))
-    import imagenet_utils
+    import importlib.util
+    # by path: the examples' own imagenet_utils may already be imported under that name
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tensorpack_examples", "imagenet_utils.py")
+    spec = importlib.util.spec_from_file_location("tensorpack_imagenet_utils", path)
+    imagenet_utils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(imagenet_utils)
 
     class Classifier(ModelDesc):
         def inputs(self):

@@ -31,7 +31,7 @@ from typing import Callable, Optional, Union
 import tensorflow as tf
 
 from ..models.registry import current_layer_store, layer_scope
-from ..tfutils.tower import TowerContext, get_current_tower_context
+from ..tfutils.tower import TowerContext, current_scope_name, get_current_tower_context
 from . import _state
 
 __all__ = ["lms_block", "current_block_key"]
@@ -68,7 +68,7 @@ def _lms_here():
     return _state.active_lms(store)
 
 
-def _reentry(key: str) -> Callable:
+def _reentry(key: str, scope_key: str) -> Callable:
     """A context-manager factory that puts the recompute pass where the forward pass ran.
 
     The backward pass is built after the tower function returned: its tower context
@@ -84,16 +84,18 @@ def _reentry(key: str) -> Callable:
             if ctx is not None:
                 stack.enter_context(TowerContext(ctx.name, is_training=ctx.is_training, index=ctx.index,
                                                  total=ctx.total, layer_store=ctx.layer_store))
-            prefix = tf.get_current_name_scope()
-            stack.enter_context(tf.name_scope(f"{prefix}/{key}/" if prefix else f"{key}/"))
+            scope = "/".join(p for p in (tf.get_current_name_scope(), scope_key) if p)
+            if scope:
+                stack.enter_context(tf.name_scope(scope + "/"))
             stack.enter_context(_inside(key))
             yield
 
     return reenter
 
 
-def run_in_block(key: str, fn: Callable, args: tuple, kwargs: dict, lms=None):
-    """Run ``fn(*args, **kwargs)`` as block ``key`` of ``lms`` (or plainly when None)."""
+def run_in_block(key: str, fn: Callable, args: tuple, kwargs: dict, lms=None, scope_key: Optional[str] = None):
+    """Run ``fn(*args, **kwargs)`` as block ``key`` of ``lms`` (or plainly when None); its layers
+    live under ``scope_key`` (``key`` unless the block has no scope of its own)."""
     # a block nested in a wrapped block runs plainly: the outer one already saves its memory
     if lms is not None and current_block_key() is None and lms._profiling_thread != threading.get_ident():
         lms.note_batch(args)
@@ -101,28 +103,34 @@ def run_in_block(key: str, fn: Callable, args: tuple, kwargs: dict, lms=None):
     if mode is None:
         return fn(*args, **kwargs)
     with _inside(key):
-        return lms.run_block(key, fn, args, kwargs, mode=mode, reenter=_reentry(key))
+        return lms.run_block(key, fn, args, kwargs, mode=mode,
+                             reenter=_reentry(key, key if scope_key is None else scope_key))
 
 
-def lms_block(name: Union[str, Callable], fn: Optional[Callable] = None) -> Callable:
+def lms_block(name: Union[str, Callable], fn: Optional[Callable] = None, scope: bool = True) -> Callable:
     """A block named ``name`` around ``fn``: ``lms_block('res2', f)(x)`` or ``@lms_block('res2')``.
 
     ``fn`` takes its tensors as positional arguments (nested lists of tensors are
     fine); other positional or keyword arguments must not be tensors. It returns a
     tensor or a structure of tensors. ``@lms_block`` without a name uses the
-    function's name.
+    function's name. ``scope=False``: ``fn`` runs in the caller's name scope (its
+    layers keep their names; ``name`` only names the block for LMS).
     """
     if callable(name) and fn is None:  # bare @lms_block
-        return lms_block(name.__name__, name)
+        return lms_block(name.__name__, name, scope=scope)
     if not isinstance(name, str) or not name:
         raise ValueError(f"lms_block needs a non-empty block name; got {name!r}.")
     if fn is None:
-        return lambda f: lms_block(name, f)
+        return lambda f: lms_block(name, f, scope=scope)
     if not callable(fn):
         raise TypeError(f"lms_block({name!r}, fn): fn must be callable; got {type(fn).__name__}.")
 
     @functools.wraps(fn)
     def block(*args, **kwargs):
+        if not scope:
+            parent = current_scope_name()
+            return run_in_block(f"{parent}/{name}" if parent else name, fn, args, kwargs, _lms_here(),
+                                scope_key=parent)
         with layer_scope(name) as key:
             return run_in_block(key, fn, args, kwargs, _lms_here())
 

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import subprocess
@@ -56,8 +57,14 @@ def _mib(n: float) -> str:
 
 
 def device_memory_budget() -> Optional[int]:
-    """Memory of the compute device: GPU 0's total (nvidia-smi), else the host's available RAM."""
+    """Memory of the compute device: GPU 0's cap where its logical devices have one
+    (``set_logical_device_configuration(..., memory_limit=...)``), else its total (nvidia-smi);
+    without a GPU, the CPU allocator's cap (``TF_CPU_BFC_MEM_LIMIT_IN_MB`` with
+    ``TF_CPU_ALLOCATOR_USE_BFC=true``), else the host's available RAM."""
     if tf.config.list_logical_devices("GPU"):
+        capped = _logical_gpu_limit()
+        if capped:
+            return capped
         smi = shutil.which("nvidia-smi")
         if smi:
             try:
@@ -70,6 +77,12 @@ def device_memory_budget() -> Optional[int]:
             return int(tf.config.experimental.get_memory_info("GPU:0")["peak"]) or None
         except (ValueError, RuntimeError):
             return None
+    cap = os.environ.get("TF_CPU_BFC_MEM_LIMIT_IN_MB")
+    if cap and os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("1", "true"):
+        try:
+            return int(float(cap)) << 20
+        except ValueError:
+            pass
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -78,6 +91,19 @@ def device_memory_budget() -> Optional[int]:
     except OSError:
         pass
     return None
+
+
+def _logical_gpu_limit() -> Optional[int]:
+    """The memory limit of GPU 0's first logical device, in bytes, when one was set."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return None
+    try:
+        configs = tf.config.get_logical_device_configuration(gpus[0]) or []
+    except (ValueError, RuntimeError):
+        return None
+    limits = [c.memory_limit for c in configs if getattr(c, "memory_limit", None)]
+    return int(limits[0]) << 20 if limits else None
 
 
 @dataclasses.dataclass

@@ -155,8 +155,11 @@ def resnet_backbone(image, num_blocks: Sequence[int], group_func: Callable, bloc
     if len(num_blocks) != 4:
         raise ValueError(f"resnet_backbone: num_blocks needs 4 entries (one per group), got {num_blocks!r}.")
     he_fan_out = keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
+    from ..lms.blocks import lms_block
     with argscope(Conv2D, use_bias=False, kernel_initializer=he_fan_out):
-        x = stem_func(image)
+        # the stem holds a fifth of the activations at 224 px: an LMS block too, in no scope of
+        # its own, so that its layers keep their names (conv0, pool0)
+        x = lms_block("stem", stem_func, scope=False)(image)
         for i, (channels, stride) in enumerate(zip((64, 128, 256, 512), (1, 2, 2, 2))):
             x = group_func(f"group{i}", x, block_func, channels, num_blocks[i], stride)
         x = GlobalAvgPooling("gap", x)
