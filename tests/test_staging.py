@@ -79,7 +79,8 @@ def test_a_failed_copy_is_a_clear_error():
                 raise RuntimeError("out of device memory (injected)")
             super()._stage_batch(device, tensors)
 
-    with pytest.raises(InputSourceError, match=r"(?s)StagingInput: copying a batch to /device:CPU:0 failed.*"
+    with pytest.raises(InputSourceError, match=r"(?s)StagingInput: staging a batch on /device:CPU:0 failed \(taking it from QueueInput, or "
+                                               r"copying it there\).*"
                                                r"out of device memory \(injected\)"):
         _train(FailingCopy(QueueInput(LinearData()), force=True), steps_per_epoch=50, max_epoch=1)
     assert not _input_threads()

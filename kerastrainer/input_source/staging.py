@@ -239,8 +239,9 @@ class StagingInput(InputSource):
         self.input.raise_pending_error()
         if self._error is not None:
             raise InputSourceError(
-                f"StagingInput: copying a batch to {', '.join(sorted(set(self._replica_devices)))} "
-                f"failed:\n{self._error_tb}") from self._error
+                f"StagingInput: staging a batch on {', '.join(sorted(set(self._replica_devices)))} failed "
+                f"(taking it from {type(self.input).__name__}, or copying it there):\n{self._error_tb}"
+            ) from self._error
 
     def cancel(self) -> None:
         self._close_tokens(cancel=True)
