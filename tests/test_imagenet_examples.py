@@ -173,12 +173,12 @@ def test_modeldesc_fake_mode(tmp_path):
 
 
 @pytest.mark.slow
-def test_modeldesc_fake_mode_with_lms_recomputes_the_residual_blocks(tmp_path):
+def test_modeldesc_fake_mode_with_lms_recomputes_the_stem_and_the_residual_blocks(tmp_path):
     logdir = str(tmp_path / "lms")
     out = run_script([MODELDESC_SCRIPT, "--fake", "--depth", 18, "--batch", 2, "--image-size", 32,
                       "--steps-per-epoch", 2, "--epochs", 1, "--logdir", logdir, "--lms", "recompute"])
     assert "Training has finished" in out
-    assert "8 block(s) found; 8 handled (group0/block0=recompute" in out, out[-3000:]
+    assert "9 block(s) found; 9 handled (stem=recompute, group0/block0=recompute" in out, out[-3000:]
     assert np.isfinite(read_stats(logdir)[-1]["cost"])
 
 

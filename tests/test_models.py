@@ -470,26 +470,51 @@ def test_regularize_cost_inference_and_no_match(store):
         assert float(regularize_cost(".*", l2_regularizer(1.0))) == 0.0
 
 
-@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"),
-                    reason="TensorFlow has no NCHW conv/pool kernels on CPU")
-def test_channels_first_matches_channels_last_on_gpu(store):
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf.function"])
+def test_channels_first_matches_channels_last_on_any_device(store, traced):
+    """NCHW layers give the NHWC layers' outputs and gradients, also on CPUs (no NCHW kernels
+    there: they run NHWC between transposes). The first conv's output is 4x4 with 4 channels:
+    where Keras 3.15's ``ops.add`` puts an NCHW bias along the width."""
     x = rand(2, 8, 8, 3)
     x_nchw = tf.transpose(x, [0, 3, 1, 2])
 
     def net(x, suffix):
         return (LinearWrap(x).Conv2D("c" + suffix, 4, 3, strides=2).BatchNorm("bn" + suffix)
-                .MaxPooling("p", 2).Conv2DTranspose("up" + suffix, 2, 3, strides=2)
+                .MaxPooling("p", 2).AvgPooling("a", 1).Conv2DTranspose("up" + suffix, 2, 3, strides=2)
                 .GlobalAvgPooling("gap")())
 
+    def nchw():
+        return argscope([Conv2D, Conv2DTranspose, BatchNorm, MaxPooling, AvgPooling, GlobalAvgPooling],
+                        data_format="channels_first")
     with tower(store, name="", training=False):
-        last = net(x, "")
-        with argscope([Conv2D, Conv2DTranspose, BatchNorm, MaxPooling, GlobalAvgPooling],
-                      data_format="channels_first"):
+        net(x, "")
+        with nchw():
             net(x_nchw, "_nchw")  # build, then copy the NHWC layers' weights (same layouts)
-            for name in ("c", "bn", "up"):
-                store.layers[name + "_nchw"].set_weights(store.layers[name].get_weights())
-            first = net(x_nchw, "_nchw")
-    np.testing.assert_allclose(first.numpy(), last.numpy(), rtol=1e-4, atol=1e-5)
+    for name in ("c", "up"):   # non-zero biases, so that the forward pass checks where they go
+        store.layers[name].bias.assign(tf.random.stateless_normal(store.layers[name].bias.shape, seed=[5, 6]))
+    for name in ("c", "bn", "up"):
+        store.layers[name + "_nchw"].set_weights(store.layers[name].get_weights())
+
+    def run(x, suffix):
+        with tower(store, name="", training=False), tf.GradientTape() as tape:
+            tape.watch(x)
+            if suffix:
+                with nchw():
+                    y = net(x, suffix)
+            else:
+                y = net(x, suffix)
+            loss = tf.reduce_sum(y * tf.range(1.0, 3.0))
+        layer = store.layers["c" + suffix]
+        return (y,) + tuple(tape.gradient(loss, [x, layer.kernel, layer.bias]))
+
+    if traced:
+        run = tf.function(run, autograph=False)
+    y0, dx0, dw0, db0 = run(x, "")
+    y1, dx1, dw1, db1 = run(x_nchw, "_nchw")
+    np.testing.assert_allclose(y1.numpy(), y0.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dx1.numpy(), tf.transpose(dx0, [0, 3, 1, 2]).numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dw1.numpy(), dw0.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(db1.numpy(), db0.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_layers_under_mirrored_strategy_share_variables():

@@ -68,3 +68,23 @@ def static_rank(x, layer: str) -> int:
 def output(x, name: str = "output"):
     """Name the layer's output op, as tensorpack does (``conv0/output``)."""
     return tf.identity(x, name=name)
+
+
+def nchw_kernels_here(x) -> bool:
+    """Whether an op on ``x`` runs on a GPU, where TensorFlow has NCHW convolution and pooling
+    kernels. CPUs have them only with oneDNN, and not all of them (eager NCHW max-pool
+    gradients fail there too), so on CPUs the layers always run NHWC between transposes."""
+    # traced: the device scope the op is made in; eager: where the input is
+    device = getattr(x, "device", "") if tf.executing_eagerly() else tf.constant(0.0).device
+    kind = tf.DeviceSpec.from_string(device).device_type if device else None
+    if kind is None:   # not placed yet: TensorFlow puts it on a GPU when there is one
+        return bool(tf.config.list_logical_devices("GPU"))
+    return kind == "GPU"
+
+
+def to_nhwc(x):
+    return tf.transpose(x, [0, 2, 3, 1])
+
+
+def to_nchw(x):
+    return tf.transpose(x, [0, 3, 1, 2])

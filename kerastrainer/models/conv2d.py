@@ -4,8 +4,8 @@ Variables: ``<name>/W`` (kernel, HWIO) and ``<name>/b``. The activation runs ins
 the layer's scope, so ``activation=BNReLU`` makes ``<name>/bn/gamma`` ..., as in
 tensorpack. The output op is named ``<name>/output``.
 
-TensorFlow has no CPU kernel for NCHW convolutions: use ``data_format='channels_first'``
-only on GPUs.
+``data_format='channels_first'`` runs NCHW kernels on GPUs and, on CPUs, the NHWC kernels
+between two transposes: the same variables and results.
 
 Example::
 
@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence, Union
 
 import keras
+import tensorflow as tf
+from keras import ops
 
 from . import _common as C
 from .registry import get_layer_here, layer_register, legacy_names
@@ -25,6 +27,49 @@ from .registry import get_layer_here, layer_register, legacy_names
 __all__ = ["Conv2D", "Conv2DTranspose", "Deconv2D"]
 
 _WB = {"kernel": "W", "bias": "b"}
+
+
+def _finish_channels_first(layer, inputs, conv):
+    """``conv(x, data_format)`` plus the layer's bias and activation, for ``channels_first`` inputs:
+    NCHW where TensorFlow has the kernels, else NHWC between two transposes. The bias goes in
+    with ``tf.nn.bias_add`` and an explicit format: Keras 3.15's ``ops.add`` guesses the channel
+    axis of an NCHW tensor from its sizes, and when the width equals the channel count it adds
+    the bias along the width."""
+    if C.nchw_kernels_here(inputs):
+        x = conv(inputs, "channels_first")
+        if layer.use_bias:
+            x = tf.nn.bias_add(x, layer.bias, data_format="NCHW")
+    else:
+        x = conv(C.to_nhwc(inputs), "channels_last")
+        if layer.use_bias:
+            x = tf.nn.bias_add(x, layer.bias)
+        x = C.to_nchw(x)
+    return layer.activation(x) if layer.activation is not None else x
+
+
+@keras.saving.register_keras_serializable(package="kerastrainer")
+class NCHWConv2D(keras.layers.Conv2D):
+    """``keras.layers.Conv2D`` whose ``channels_first`` form also runs on CPUs without NCHW
+    kernels, and adds its bias along the channel axis whatever the sizes."""
+
+    def call(self, inputs):
+        if self.data_format == "channels_last":
+            return super().call(inputs)
+        return _finish_channels_first(self, inputs, lambda x, fmt: ops.conv(
+            x, self.kernel, strides=list(self.strides), padding=self.padding, dilation_rate=self.dilation_rate,
+            data_format=fmt))
+
+
+@keras.saving.register_keras_serializable(package="kerastrainer")
+class NCHWConv2DTranspose(keras.layers.Conv2DTranspose):
+    """``keras.layers.Conv2DTranspose`` with the same ``channels_first`` care as :class:`NCHWConv2D`."""
+
+    def call(self, inputs):
+        if self.data_format == "channels_last":
+            return super().call(inputs)
+        return _finish_channels_first(self, inputs, lambda x, fmt: ops.conv_transpose(
+            x, self.kernel, strides=list(self.strides), padding=self.padding, output_padding=self.output_padding,
+            dilation_rate=self.dilation_rate, data_format=fmt))
 
 
 def default_kernel_initializer():
@@ -55,7 +100,7 @@ def Conv2D(inputs, filters: Optional[int] = None, kernel_size: Union[int, Sequen
         raise TypeError("Conv2D: filters (tensorpack: out_channel) is required, e.g. Conv2D('conv0', x, 32, 3).")
     fmt = C.data_format(data_format, "Conv2D")
     ksize = C.pair(kernel_size, "kernel_size (tensorpack: kernel_shape)", "Conv2D")
-    layer = get_layer_here(lambda kname: keras.layers.Conv2D(
+    layer = get_layer_here(lambda kname: NCHWConv2D(
         int(filters), ksize, strides=C.pair(strides, "strides", "Conv2D"),
         padding=C.padding(padding, "Conv2D"), data_format=fmt,
         dilation_rate=C.pair(dilation_rate, "dilation_rate", "Conv2D"), groups=int(groups),
@@ -86,7 +131,7 @@ def Conv2DTranspose(inputs, filters: Optional[int] = None,
         raise TypeError("Conv2DTranspose: filters (tensorpack: out_channel) is required.")
     fmt = C.data_format(data_format, "Conv2DTranspose")
     ksize = C.pair(kernel_size, "kernel_size (tensorpack: kernel_shape)", "Conv2DTranspose")
-    layer = get_layer_here(lambda kname: keras.layers.Conv2DTranspose(
+    layer = get_layer_here(lambda kname: NCHWConv2DTranspose(
         int(filters), ksize, strides=C.pair(strides, "strides", "Conv2DTranspose"),
         padding=C.padding(padding, "Conv2DTranspose"), data_format=fmt, use_bias=use_bias,
         kernel_initializer=C.initializer(kernel_initializer, default_kernel_initializer()),

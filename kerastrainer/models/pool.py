@@ -1,7 +1,7 @@
 """Pooling layers: ``MaxPooling``, ``AvgPooling``, ``GlobalAvgPooling``, ``FixedUnPooling``.
 
 They hold no variables, so they run TF ops directly (nothing is added to the layer
-store). TensorFlow's CPU kernels pool only NHWC: ``channels_first`` needs a GPU.
+store). ``channels_first`` pools NCHW on GPUs and NHWC between two transposes on CPUs.
 
 Example::
 
@@ -27,8 +27,10 @@ def _pool(kind: str, layer: str, inputs, pool_size, strides, padding, data_forma
     size = C.pair(pool_size, "pool_size (tensorpack: shape)", layer)
     stride = size if strides is None else C.pair(strides, "strides", layer)
     fn = tf.nn.max_pool2d if kind == "max" else tf.nn.avg_pool2d
-    out = fn(inputs, size, stride, C.padding(padding, layer).upper(),
-             data_format="NCHW" if fmt == "channels_first" else "NHWC")
+    pad = C.padding(padding, layer).upper()
+    if fmt == "channels_first" and not C.nchw_kernels_here(inputs):   # no NCHW kernel here: transpose
+        return C.output(C.to_nchw(fn(C.to_nhwc(inputs), size, stride, pad, data_format="NHWC")))
+    out = fn(inputs, size, stride, pad, data_format="NCHW" if fmt == "channels_first" else "NHWC")
     return C.output(out)
 
 
