@@ -42,10 +42,12 @@ def test_imagenet_resnet_keras(tmp_path):
     data = tmp_path / "data"
     _data.write_ilsvrc12(str(data / "ilsvrc"), meta_dir=str(data / "ilsvrc_metadata"))
     # ResNet-50 at the script's 224 px on 1 CPU tower (TOTAL_BATCH_SIZE // get_num_gpu()),
-    # batches of 4, 3 epochs of 3 steps
+    # batches of 4, 3 epochs of 3 steps. The script builds its Keras layers channels_first (it was
+    # written for GPUs); a CPU has NCHW kernels for Keras's own layers only with oneDNN, which
+    # TensorFlow turns on by default on some CPUs only: on here.
     out = run_small("imagenet-resnet-keras.py", "--data", str(data / "ilsvrc"), cwd=tmp_path,
                     env={"KERASTRAINER_DATASET": str(data), "TP_NUM_GPU": "1", "TP_BATCH_SIZE": "4",
-                         "TP_MAX_EPOCH": "3", "TP_STEPS_PER_EPOCH": "3"})
+                         "TP_MAX_EPOCH": "3", "TP_STEPS_PER_EPOCH": "3", "TF_ENABLE_ONEDNN_OPTS": "1"})
     assert "MomentumOptimizer translated to kerastrainer.compat.MomentumV1" in out
     assert "GPUUtilizationTracker: cannot read GPU utilization" in out  # warned, not silent
     logdir = tmp_path / "train_log" / "imagenet-resnet-keras"
