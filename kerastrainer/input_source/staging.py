@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from ..callbacks.base import Callback
 from ..utils import logger
-from ..utils.devices import current_replica_index
+from ..utils.devices import current_device, current_replica_index
 from .base import InputSource, InputSourceError
 
 __all__ = ["StagingInput"]
@@ -122,14 +122,7 @@ class StagingInput(InputSource):
     # --- devices ---------------------------------------------------------------------------
     def _staging_device(self) -> str:
         """Where the current replica's batches are staged (called in a replica's context)."""
-        if self.device:
-            return _local_device(self.device)
-        # a mirrored replica places its ops on its device; a probe op tells which
-        device = tf.constant(0).device
-        if not device:
-            gpus = tf.config.list_logical_devices("GPU")
-            device = gpus[0].name if gpus else "/device:CPU:0"
-        return _local_device(device)
+        return _local_device(self.device or current_device())
 
     def _active_on(self, device: str) -> bool:
         if self.force:

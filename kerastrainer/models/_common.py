@@ -6,6 +6,8 @@ from typing import Callable, Optional, Sequence, Union
 import keras
 import tensorflow as tf
 
+from ..utils.devices import current_device
+
 __all__ = []  # internal helpers
 
 
@@ -74,12 +76,9 @@ def nchw_kernels_here(x) -> bool:
     """Whether an op on ``x`` runs on a GPU, where TensorFlow has NCHW convolution and pooling
     kernels. CPUs have them only with oneDNN, and not all of them (eager NCHW max-pool
     gradients fail there too), so on CPUs the layers always run NHWC between transposes."""
-    # traced: the device scope the op is made in; eager: where the input is
-    device = getattr(x, "device", "") if tf.executing_eagerly() else tf.constant(0.0).device
-    kind = tf.DeviceSpec.from_string(device).device_type if device else None
-    if kind is None:   # not placed yet: TensorFlow puts it on a GPU when there is one
-        return bool(tf.config.list_logical_devices("GPU"))
-    return kind == "GPU"
+    # eager: the op runs where its input is; traced: where the device scope says
+    device = (getattr(x, "device", "") if tf.executing_eagerly() else "") or current_device()
+    return tf.DeviceSpec.from_string(device).device_type == "GPU"
 
 
 def to_nhwc(x):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 __all__ = ["get_available_gpus", "get_num_gpu", "get_logical_cpus", "training_devices", "ensure_tower_devices",
-           "current_replica_index"]
+           "current_replica_index", "current_device"]
 
 
 def get_available_gpus() -> List[str]:
@@ -32,6 +32,21 @@ def current_replica_index() -> int:
         return 0
     rid = tf.get_static_value(ctx.replica_id_in_sync_group)
     return int(rid) if rid is not None else 0
+
+
+def current_device() -> str:
+    """The device an op made here runs on: the device scope's (a replica's device while a
+    strategy traces it), else TensorFlow's default, the first GPU when there is one."""
+    import tensorflow as tf
+    if tf.executing_eagerly():   # the `with tf.device(...)` scope, if any (an eager op's own
+        from tensorflow.python.eager import context   # placement would say where it landed)
+        device = context.context().device_name or ""
+    else:
+        device = tf.constant(0.0).device
+    if device:
+        return device
+    gpus = tf.config.list_logical_devices("GPU")
+    return gpus[0].name if gpus else "/device:CPU:0"
 
 
 def training_devices(ids) -> List[str]:
