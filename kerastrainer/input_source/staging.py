@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from ..callbacks.base import Callback
 from ..utils import logger
-from ..utils.devices import current_device, current_replica_index
+from ..utils.devices import current_device, current_replica_index, device_type
 from .base import InputSource, InputSourceError
 
 __all__ = ["StagingInput"]
@@ -19,15 +19,10 @@ _ids = itertools.count()
 _MODES = ("thread", "step")
 
 
-def _device_kind(device: str) -> str:
-    return tf.DeviceSpec.from_string(device).device_type or "CPU"
-
-
 def _local_device(device: str) -> str:
     """``'/device:GPU:1'`` for any name of that device of this process (a replica's full
     name, a tf.function's, an eager op's, or ``'/gpu:1'``)."""
-    spec = tf.DeviceSpec.from_string(device)
-    return f"/device:{(spec.device_type or 'CPU').upper()}:{spec.device_index or 0}"
+    return f"/device:{device_type(device)}:{tf.DeviceSpec.from_string(device).device_index or 0}"
 
 
 class _StartStaging(Callback):
@@ -127,7 +122,7 @@ class StagingInput(InputSource):
     def _active_on(self, device: str) -> bool:
         if self.force:
             return True
-        if _device_kind(device) != "GPU":
+        if device_type(device) != "GPU":
             return False
         if self.device:
             index = tf.DeviceSpec.from_string(device).device_index or 0

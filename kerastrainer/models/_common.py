@@ -6,7 +6,7 @@ from typing import Callable, Optional, Sequence, Union
 import keras
 import tensorflow as tf
 
-from ..utils.devices import current_device
+from ..utils.devices import current_device, device_type
 
 __all__ = []  # internal helpers
 
@@ -78,7 +78,7 @@ def nchw_kernels_here(x) -> bool:
     gradients fail there too), so on CPUs the layers always run NHWC between transposes."""
     # eager: the op runs where its input is; traced: where the device scope says
     device = (getattr(x, "device", "") if tf.executing_eagerly() else "") or current_device()
-    return tf.DeviceSpec.from_string(device).device_type == "GPU"
+    return device_type(device) == "GPU"
 
 
 def to_nhwc(x):

@@ -32,7 +32,7 @@ from ..input_source.base import InputSource, InputSourceError
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from ..utils.concurrency import describe_child_processes
-from ..utils.devices import current_replica_index
+from ..utils.devices import current_replica_index, device_type
 from ..utils.interrupt import SignalWatcher
 from ..utils.utils import execute_only_once
 from ..utils.xla_flags import default_flags_state
@@ -50,10 +50,6 @@ class TrainingTerminated(SystemExit):
 
 _PRECISIONS = {None: None, "fp32": None, "float32": None, "bf16": "mixed_bfloat16",
                "mixed_bfloat16": "mixed_bfloat16", "fp16": "mixed_float16", "mixed_float16": "mixed_float16"}
-
-
-def _device_type(device: str) -> str:
-    return (tf.DeviceSpec.from_string(device).device_type or "CPU").upper()
 
 
 class _DeferredUpdates(keras.StatelessScope):
@@ -256,7 +252,7 @@ class Trainer:
         self.checkpoint = tf.train.Checkpoint(model=self.model_variables, optimizer=self.optimizer,
                                               global_step=self.global_step_var, epoch=self.epoch_var)
         self.use_xla = self._resolve_jit_compile()
-        if self.use_xla and any(_device_type(d) == "GPU" for d in self._replica_devices()):
+        if self.use_xla and any(device_type(d) == "GPU" for d in self._replica_devices()):
             _check_default_xla_flags()
         self._train_fn = self._make_train_function()
         logger.info("Model built: %d trainable variables, %s parameters, %d replica(s).",
@@ -376,7 +372,7 @@ class Trainer:
     def _resolve_jit_compile(self) -> bool:
         if self.jit_compile != "auto":
             return bool(self.jit_compile)
-        return any(_device_type(d) == "GPU" or self.auto_xla_on_cpu for d in self._replica_devices())
+        return any(device_type(d) == "GPU" or self.auto_xla_on_cpu for d in self._replica_devices())
 
     def _xla_region(self) -> str:
         """``'step'``: forward, backward and update in one XLA cluster (one replica, no
@@ -404,7 +400,7 @@ class Trainer:
             concrete = self._train_fn.get_concrete_function(self._steps_tensor(k), *feeds)
         traced = time.perf_counter() - t0
         if self.use_xla:
-            bad = xla_unsupported_ops(concrete, _device_type(self._replica_devices()[0]))
+            bad = xla_unsupported_ops(concrete, device_type(self._replica_devices()[0]))
             if bad:
                 self._xla_cannot_compile(bad, "they have no XLA kernel")
                 t0 = time.perf_counter()

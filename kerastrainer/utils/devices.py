@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 __all__ = ["get_available_gpus", "get_num_gpu", "get_logical_cpus", "training_devices", "ensure_tower_devices",
-           "current_replica_index", "current_device"]
+           "current_replica_index", "current_device", "device_type"]
 
 
 def get_available_gpus() -> List[str]:
@@ -32,6 +32,12 @@ def current_replica_index() -> int:
         return 0
     rid = tf.get_static_value(ctx.replica_id_in_sync_group)
     return int(rid) if rid is not None else 0
+
+
+def device_type(device: str) -> str:
+    """``'GPU'`` or ``'CPU'`` (the default of a name without a type) for a device name."""
+    import tensorflow as tf
+    return (tf.DeviceSpec.from_string(device).device_type or "CPU").upper()
 
 
 def current_device() -> str:
