@@ -44,12 +44,16 @@ def test_constructor_without_horovod_says_so_and_names_the_alternative():
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_HOROVOD or shutil.which("horovodrun") is None,
                     reason=WHY_NOT or "horovodrun is not on PATH")
-def test_two_ranks_under_horovodrun_train_like_one_process(tmp_path):
+@pytest.mark.parametrize("logdir", ["on-chief", "same-on-every-rank"])
+def test_two_ranks_under_horovodrun_train_like_one_process(tmp_path, logdir):
+    # same-on-every-rank: logger.set_logger_dir(dir, 'k') on both ranks; rank 1 died with
+    # LogDirLockedError before the lock knew Horovod's ranks
     out = tmp_path / "out"
     out.mkdir()
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_multiworker.py")
     cmd = ["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, script, "worker",
            "--trainer", "horovod", "--out", str(out), "--logdir", str(tmp_path / "log"), "--epochs", "2"]
+    cmd += ["--same-logdir"] if logdir == "same-on-every-rank" else []
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     try:
@@ -74,3 +78,5 @@ def test_two_ranks_under_horovodrun_train_like_one_process(tmp_path):
     for k, v in expected.items():
         np.testing.assert_allclose(final[0][k], v, rtol=1e-5, atol=1e-6)
     assert (tmp_path / "log" / "log.log").is_file()
+    assert "LogDirLockedError" not in output
+    assert ("Rank 1 of 2 (MPI): the log directory" in output) == (logdir == "same-on-every-rank"), output

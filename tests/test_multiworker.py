@@ -70,6 +70,8 @@ def worker_main(argv):
     p.add_argument("--sleep-at-step", type=int, default=0, help="rank 1 idles at this step (kill tests)")
     p.add_argument("--trainer", default="multiworker", choices=["multiworker", "horovod"])
     p.add_argument("--staging", action="store_true", help="StagingInput's thread stages the batches (forced on CPU)")
+    p.add_argument("--same-logdir", action="store_true",
+                   help="every rank calls logger.set_logger_dir(logdir, 'k'), as tensorpack programs do")
     args = p.parse_args(argv)
     if args.trainer == "horovod":
         from kerastrainer.train.horovod import HorovodTrainer
@@ -86,7 +88,10 @@ def worker_main(argv):
 
     rank, size = trainer.rank, trainer.size
     keras.utils.set_random_seed(100 + rank)  # different local initial values: the chief's must win
-    set_logger_dir_on_chief(args.logdir, action="k")
+    if args.same_logdir:
+        logger.set_logger_dir(args.logdir, action="k")
+    else:
+        set_logger_dir_on_chief(args.logdir, action="k")
     record = {"rank": rank, "is_chief": trainer.is_chief}
 
     class Record(Callback):
@@ -175,10 +180,17 @@ def reference_training(init, steps):
 
 
 # --- tests ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("staging", [False, True], ids=["queue", "staging-thread"])
-def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path, staging):
-    rc, output = launch(tmp_path, "--epochs", "2", *(["--staging"] if staging else []))
+@pytest.mark.parametrize("variant", ["queue", "staging-thread", "same-logdir"])
+def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path, variant):
+    # same-logdir: the script calls logger.set_logger_dir(dir, 'k') on both ranks (tensorpack's
+    # programs do); rank 1 must not take the chief's lock (it died with LogDirLockedError)
+    staging = variant == "staging-thread"
+    flags = {"queue": [], "staging-thread": ["--staging"], "same-logdir": ["--same-logdir"]}[variant]
+    rc, output = launch(tmp_path, "--epochs", "2", *flags)
     assert rc == 0, output
+    assert "LogDirLockedError" not in output
+    moved = "[1] " in output and "Rank 1 of 2 (kerastrainer-run): the log directory" in output
+    assert moved == (variant == "same-logdir"), output
     out = tmp_path / "out"
     assert "[0] WORKER-DONE 0 2" in output and "[1] WORKER-DONE 1 2" in output
     if staging:
@@ -412,6 +424,46 @@ def test_non_chief_logs_to_a_private_directory(monkeypatch, tmp_path):
         assert set_logger_dir_on_chief(str(tmp_path / "log"), action="k") == str(tmp_path / "log")
     finally:
         logger.unset_logger_dir()
+
+
+@pytest.mark.parametrize("launcher", ["kerastrainer-run", "horovodrun", "mpirun", "srun"])
+def test_set_logger_dir_on_a_non_chief_rank_leaves_the_chiefs_directory_alone(monkeypatch, tmp_path, caplog,
+                                                                              launcher):
+    """The same script on every rank: rank 1's set_logger_dir(dir, 'd') neither deletes the chief's
+    files nor takes its lock; it logs to a private directory and says so."""
+    import logging
+    from kerastrainer.utils import logger
+    from kerastrainer.utils.dirlock import LogDirLock
+
+    env = {"kerastrainer-run": {"KERASTRAINER_RANK": "1", "KERASTRAINER_SIZE": "2"},
+           "horovodrun": {"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"},
+           "mpirun": {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
+           "srun": {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "localhost",
+                    "SLURM_STEP_TASKS_PER_NODE": "2"}}[launcher]
+    for k in ("KERASTRAINER_RANK", "KERASTRAINER_SIZE", "TF_CONFIG", "SLURM_PROCID", "HOROVOD_RANK",
+              "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    chief_dir = tmp_path / "log"
+    chief_dir.mkdir()
+    (chief_dir / "checkpoint").write_text("the chief's")
+    chief_lock = LogDirLock(str(chief_dir))
+    chief_lock.acquire()   # what rank 0 holds while it trains
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    logger._logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="kerastrainer"):
+            logger.set_logger_dir(str(chief_dir), action="d")
+        d = logger.get_logger_dir()
+        assert "kerastrainer-rank1-" in d and os.path.isdir(d) and os.path.isfile(os.path.join(d, "log.log"))
+        assert (chief_dir / "checkpoint").read_text() == "the chief's"
+        assert not (chief_dir / "log.log").exists()
+        msg = caplog.text
+        assert "Rank 1 of 2" in msg and str(chief_dir) in msg and d in msg, msg
+    finally:
+        logger._logger.removeHandler(caplog.handler)
+        logger.unset_logger_dir()
+        chief_lock.release()
 
 
 def test_trainer_after_tf_started_or_without_addresses_is_a_clear_error(monkeypatch):

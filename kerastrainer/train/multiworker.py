@@ -77,6 +77,11 @@ class _SyncedWorkersMixin:
         self._sync = WorkerSync(self.rank, self.size, self._allreduce_sum_numpy)
         self._stop_exchanged = False
 
+    def setup_callbacks(self, callbacks, monitors) -> None:
+        if not self.is_chief:   # only the chief owns the log directory
+            _use_private_log_dir(self.rank)
+        super().setup_callbacks(callbacks, monitors)
+
     # every trainable, optimizer and counter variable: what a checkpoint holds
     def _state_variables(self) -> List:
         seen, out = set(), []
@@ -304,25 +309,16 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
             v.assign(tf.cast(val, v.dtype))
         logger.info("Rank %d: %d variables broadcast from the chief.", self.rank, len(variables))
 
-    # --- log directory -----------------------------------------------------------------------
-    def setup_callbacks(self, callbacks, monitors) -> None:
-        if not self.is_chief:
-            _use_private_log_dir(self.rank)
-        super().setup_callbacks(callbacks, monitors)
 
 
 def _use_private_log_dir(rank: int) -> None:
     """Point a non-chief worker's logger at a temporary directory of its own."""
-    import atexit
-    import shutil
-    import tempfile
+    from ..utils.cluster import is_private_log_dir, private_log_dir
     current = logger.get_logger_dir()
-    if current is not None and f"kerastrainer-rank{rank}-" in current:
-        return  # set_logger_dir_on_chief made it
+    if is_private_log_dir(current, rank):
+        return  # set_logger_dir (on this rank) or set_logger_dir_on_chief made it
     if current is not None:
         logger.warning("Rank %d had the log directory %s: only the chief writes there; this worker uses "
                        "a temporary one. Call set_logger_dir_on_chief() instead of set_logger_dir() so that "
                        "workers never touch the chief's directory.", rank, current)
-    tmp = tempfile.mkdtemp(prefix=f"kerastrainer-rank{rank}-")
-    atexit.register(shutil.rmtree, tmp, True)
-    logger.set_logger_dir(tmp)
+    logger.set_logger_dir(private_log_dir(rank))

@@ -40,7 +40,7 @@ from . import logger
 __all__ = ["ClusterInfo", "get_cluster_info", "get_rank_and_size", "get_rank", "get_size",
            "get_local_rank", "is_chief", "parse_tf_config", "slurm_cluster_info", "expand_slurm_hostlist",
            "expand_slurm_tasks_per_node", "make_tf_config", "shard_list", "shard_dataflow",
-           "ShardedDataFlow", "set_logger_dir_on_chief", "find_free_ports",
+           "ShardedDataFlow", "set_logger_dir_on_chief", "private_log_dir", "is_private_log_dir", "find_free_ports",
            "ENV_RANK", "ENV_SIZE", "ENV_LOCAL_RANK", "ENV_LOCAL_SIZE", "ENV_PORT_BASE"]
 
 ENV_RANK = "KERASTRAINER_RANK"
@@ -461,7 +461,8 @@ def set_logger_dir_on_chief(dirname: str, action: Optional[str] = None) -> str:
 
     Only the chief writes logs, checkpoints and monitors' files; the others' temporary
     directory (removed when the process exits) keeps callbacks that need a directory
-    working. Returns the directory this process uses.
+    working. Returns the directory this process uses. (``logger.set_logger_dir`` does the
+    same on a non-chief worker, with a warning: that is the script run unchanged on every rank.)
 
     Example::
 
@@ -470,10 +471,24 @@ def set_logger_dir_on_chief(dirname: str, action: Optional[str] = None) -> str:
     """
     if is_chief():
         logger.set_logger_dir(dirname, action=action)
-        return logger.get_logger_dir()
-    tmp = tempfile.mkdtemp(prefix=f"kerastrainer-rank{get_rank()}-")
+    else:
+        logger.set_logger_dir(private_log_dir(get_rank()))
+    return logger.get_logger_dir()
+
+
+PRIVATE_LOG_DIR_PREFIX = "kerastrainer-rank"
+
+
+def is_private_log_dir(dirname: Optional[str], rank: int) -> bool:
+    """Whether ``dirname`` is a directory made by :func:`private_log_dir` for ``rank``."""
+    return dirname is not None and os.path.basename(os.path.normpath(dirname)).startswith(
+        f"{PRIVATE_LOG_DIR_PREFIX}{rank}-")
+
+
+def private_log_dir(rank: int) -> str:
+    """A new temporary log directory for non-chief worker ``rank``, removed when the process exits."""
+    tmp = tempfile.mkdtemp(prefix=f"{PRIVATE_LOG_DIR_PREFIX}{rank}-")
     atexit.register(shutil.rmtree, tmp, True)
-    logger.set_logger_dir(tmp)
     return tmp
 
 

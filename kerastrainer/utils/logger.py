@@ -11,7 +11,9 @@
 
 The process holds the directory's lock (``.lock``) until another directory is set or
 the process ends: a second training run in the same directory stops at once with
-:class:`~kerastrainer.utils.dirlock.LogDirLockedError` naming the holder.
+:class:`~kerastrainer.utils.dirlock.LogDirLockedError` naming the holder. In a multi-process
+job (``kerastrainer-run``, ``horovodrun``, ``mpirun``, ``srun``, ``TF_CONFIG``) only the chief
+(rank 0) takes ``dir``; any other rank gets a private temporary directory and a warning.
 
 Without an action it asks on a terminal; when stdin is not a terminal it never
 prompts and raises instead, naming the choices.
@@ -129,7 +131,7 @@ def set_logger_dir(dirname: str, action: Optional[str] = None) -> None:
     """
     global LOG_DIR
     from .dirlock import LogDirLock
-    dirname = os.path.normpath(dirname)
+    dirname = _worker_log_dir(os.path.normpath(dirname))
     # before deleting, moving or appending to it: is another run using it?
     if _DIR_LOCK is None or os.path.abspath(_DIR_LOCK.dirname) != os.path.abspath(dirname):
         LogDirLock(dirname).check_free()
@@ -178,6 +180,24 @@ def set_logger_dir(dirname: str, action: Optional[str] = None) -> None:
     _lock_dir(dirname)
     LOG_DIR = dirname
     _set_file(os.path.join(dirname, "log.log"))
+
+
+def _worker_log_dir(dirname: str) -> str:
+    """``dirname`` on the chief (and outside a multi-process job); on every other rank a private
+    temporary directory: the same script runs on every rank, and only the chief owns the
+    directory (its lock, its checkpoints; actions 'd' and 'b' must not touch it from a worker).
+    The rank comes from the launcher's variables (kerastrainer-run, TF_CONFIG, SLURM, horovodrun,
+    mpirun; see ``utils.cluster``)."""
+    from .cluster import get_cluster_info, is_private_log_dir, private_log_dir
+    info_ = get_cluster_info()
+    if info_.size <= 1 or info_.rank == 0 or is_private_log_dir(dirname, info_.rank):
+        return dirname
+    tmp = os.path.normpath(private_log_dir(info_.rank))
+    warning("Rank %d of %d (%s): the log directory '%s' is the chief's (rank 0); this worker logs to "
+            "'%s' instead (removed at exit). Only the chief writes logs and checkpoints; "
+            "utils.cluster.set_logger_dir_on_chief() does this without the warning.",
+            info_.rank, info_.size, info_.source, dirname, tmp)
+    return tmp
 
 
 def _lock_dir(dirname: str) -> None:
