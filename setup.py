@@ -18,7 +18,8 @@ tf_requires = ["tensorflow==2.21.*", "keras>=3.15,<3.16", "tensorboard>=2.20"]
 extras = {
     "image": ["opencv-python-headless>=4.8"],
     "lmdb": ["lmdb>=1.4"],
-    "test": ["pytest>=7", "scikit-learn>=1.3"],
+    # pytest-timeout: a test that hangs fails with every thread's stack (pyproject.toml), never stalls CI
+    "test": ["pytest>=7", "pytest-timeout>=2.1", "scikit-learn>=1.3"],
     "plot": ["matplotlib>=3.7"],
     "hdf5": ["h5py>=3.8"],
     "mat": ["scipy>=1.10"],  # MATLAB .mat datasets (SVHNDigit, Caltech101Silhouettes)

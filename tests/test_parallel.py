@@ -359,6 +359,32 @@ def test_workers_die_with_their_parent(how):
         parent.stderr.close()
 
 
+def test_ctrl_c_landing_in_a_finalizer_still_stops_the_consumer():
+    """The consumer's batches free their shared-memory slots in finalizers; Python loses a
+    KeyboardInterrupt raised inside one (printed, then ignored) and the loop went on. It is
+    sent again once the finalizer has returned."""
+    import weakref
+
+    class Garbage:
+        pass
+
+    runner = MultiProcessRunnerZMQ(Numbers(n=1000), num_proc=2)
+    runner.reset_state()
+    got = 0
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for got, dp in enumerate(runner):
+                if got == 5:
+                    g = Garbage()
+                    weakref.finalize(g, signal.raise_signal, signal.SIGINT)
+                    del g   # the handler runs inside the finalizer
+                time.sleep(0.001)
+        assert got < 50   # stopped about where the signal came, not at the end of the data
+    finally:
+        runner.close()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 # --- parallel map -----------------------------------------------------------------
 
 def drop_multiples_of_three(dp):

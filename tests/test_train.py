@@ -222,14 +222,108 @@ def test_sigterm_outside_a_call_terminates_even_when_the_watcher_saw_it_first():
     # must still end as TrainingTerminated (exit 143), not as a Ctrl-C
     import signal
     from kerastrainer.train import TrainingTerminated
-    t = SimpleTrainer()
-    t._stop_signum = signal.SIGTERM     # what _on_signal did in the watcher thread
+    from kerastrainer.train.stop_signals import StopSignals
+    stop = StopSignals(SimpleTrainer())
+    stop.signum = signal.SIGTERM     # what the watcher thread did
     with pytest.raises(TrainingTerminated) as info:
-        t._on_stop_signal(signal.SIGTERM, None)
+        stop._handle(signal.SIGTERM, None)
     assert info.value.code == 128 + signal.SIGTERM
-    t2 = SimpleTrainer()
     with pytest.raises(KeyboardInterrupt):
-        t2._on_stop_signal(signal.SIGINT, None)
+        StopSignals(SimpleTrainer())._handle(signal.SIGINT, None)
+
+
+def _sigint_handler_is_pythons():
+    import signal
+    return signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_lost_in_a_finalizer_still_stops_training():
+    """Python runs a signal's handler at the main thread's next bytecode; inside a finalizer
+    (a TF object or a shared-memory batch collected between calls) its KeyboardInterrupt is
+    printed and lost. Training must still stop, through after_train, and leave no handler."""
+    import signal
+    import weakref
+    seen = {}
+
+    class Garbage:
+        pass
+
+    class SignalInAFinalizer(Callback):
+        def _trigger_step(self):
+            if self.trainer.global_step == 4 and "sent" not in seen:
+                seen["sent"] = True
+                g = Garbage()
+                weakref.finalize(g, signal.raise_signal, signal.SIGINT)   # the handler runs in there
+                del g
+
+        def _after_train(self):
+            seen["after_train_at"] = self.trainer.global_step
+
+    with pytest.raises(KeyboardInterrupt):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(num_batches=400),
+                                              callbacks=[SignalInAFinalizer()], max_epoch=1),
+                                 SimpleTrainer(steps_per_call=2))
+    assert seen.get("after_train_at", 99) <= 8, seen
+    assert _sigint_handler_is_pythons() and not _producer_threads()
+
+
+@pytest.mark.parametrize("where", ["watcher-start", "before_train", "watcher-stop", "after_train"])
+def test_an_interrupt_during_set_up_or_clean_up_leaves_python_s_handler(monkeypatch, where):
+    # a KeyboardInterrupt between installing the trainer's handler and its loop (or while the
+    # watcher stopped) once left a dead trainer's handler installed: the next trainer in the
+    # process then left Ctrl-C alone, and a step waiting for input could not be released
+    from kerastrainer.utils.interrupt import SignalWatcher
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    if where == "watcher-start":
+        monkeypatch.setattr(SignalWatcher, "__enter__", interrupted)
+    if where == "watcher-stop":
+        monkeypatch.setattr(SignalWatcher, "__exit__", interrupted)
+
+    class Raises(Callback):
+        def _before_train(self):
+            if where == "before_train":
+                raise KeyboardInterrupt
+
+        def _after_train(self):
+            if where == "after_train":
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), callbacks=[Raises()],
+                                              max_epoch=1), SimpleTrainer(steps_per_call=2))
+    assert _sigint_handler_is_pythons()
+    assert not _producer_threads()
+
+
+def test_a_dead_trainers_handler_is_taken_over_and_a_programs_own_is_left_with_a_warning(caplog):
+    import logging
+    import signal
+    from kerastrainer.train.stop_signals import StopSignals, _ACTIVE
+
+    leaked = StopSignals(SimpleTrainer())
+    leaked._install()
+    _ACTIVE.discard(leaked)          # its loop ended without restoring: a stale handler
+    try:
+        stop = StopSignals(SimpleTrainer())
+        with stop:
+            assert signal.getsignal(signal.SIGINT) == stop._handle
+        assert _sigint_handler_is_pythons()   # not the stale one: Python's own
+
+        def programs_own(signum, frame):
+            pass
+        signal.signal(signal.SIGINT, programs_own)
+        logger._logger.addHandler(caplog.handler)
+        with caplog.at_level(logging.WARNING, logger="kerastrainer"):
+            with StopSignals(SimpleTrainer()):
+                assert signal.getsignal(signal.SIGINT) is programs_own
+        assert "SIGINT has the program's own handler" in caplog.text and "programs_own" in caplog.text
+        assert signal.getsignal(signal.SIGINT) is programs_own
+    finally:
+        logger._logger.removeHandler(caplog.handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def test_stop_training_from_callback():

@@ -62,6 +62,7 @@ import msgpack
 import zmq
 
 from ..utils import logger
+from ..utils.interrupt import keep_interrupts_from_finalizers
 from ..utils.concurrency import (StoppableThread, opencv_threads_idle, describe_exitcode, die_with_parent, mp_fork_context,
                                  no_numpy_huge_pages, stop_processes)
 from .base import DataFlow, DataFlowReentrantGuard
@@ -206,6 +207,9 @@ class WorkerProcesses:
         ctx = mp_fork_context()
         use_pdeathsig = _on_main_thread()
         parent = os.getpid()
+        # the consumer's batches free shared-memory slots in finalizers: a Ctrl-C landing in one
+        # must not be lost (the consumer's loop would go on, the workers with it)
+        keep_interrupts_from_finalizers()
         with opencv_threads_idle():
             for i in range(num):
                 p = ctx.Process(target=target, args=(parent, use_pdeathsig) + args_of(i),

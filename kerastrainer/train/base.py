@@ -33,20 +33,12 @@ from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from ..utils.concurrency import describe_child_processes
 from ..utils.devices import current_replica_index, device_type
-from ..utils.interrupt import SignalWatcher
+from .stop_signals import StopSignals, TrainingTerminated
 from ..utils.utils import execute_only_once
 from ..utils.xla_flags import default_flags_state
 
 __all__ = ["Trainer", "StopTraining", "TrainingTerminated"]
 
-
-class TrainingTerminated(SystemExit):
-    """Training stopped on SIGTERM (a scheduler's preemption, ``kill``), after the callbacks'
-    end of training (``ModelSaver`` saves the last step). Uncaught, the program exits with
-    status 143 (128 + SIGTERM), as a process killed by it; ``finally`` blocks still run."""
-
-    def __init__(self):
-        super().__init__(128 + signal.SIGTERM)
 
 _PRECISIONS = {None: None, "fp32": None, "float32": None, "bf16": "mixed_bfloat16",
                "mixed_bfloat16": "mixed_bfloat16", "fp16": "mixed_float16", "mixed_float16": "mixed_float16"}
@@ -191,10 +183,7 @@ class Trainer:
         self._steps_tensors: Dict[int, tf.Tensor] = {}
         self._call_started: Optional[float] = None
         self._stall_reported = 0.0
-        self._interrupted = False       # a stop signal came: stop after the current call
-        self._cancelled = False         # ... and the input was cancelled to end a blocked wait
-        self._stop_signum: Optional[int] = None
-        self._own_handlers: Dict[int, object] = {}   # signal -> the handler ours replaced
+        self._stop: Optional[StopSignals] = None   # Ctrl-C / SIGTERM handling of the running loop
 
     # --- distribution: subclasses override ----------------------------------------------
     def _make_strategy(self) -> tf.distribute.Strategy:
@@ -536,9 +525,9 @@ class Trainer:
             outs = dict(zip(self._output_names, values))
             first_bad = int(values[-1])
         except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as e:
-            if self._interrupted or self._cancelled:
+            if self._stop_requested():
                 self._count_steps_done_in_graph()
-                raise self._stop_exception() from None
+                raise self._stop.exception() from None
             self.input.raise_pending_error()
             raise InputSourceError(
                 f"The input of training ({type(self.input).__name__}) was closed while a step waited "
@@ -560,9 +549,12 @@ class Trainer:
                         self.monitors.put_image(name, arr)
                     else:
                         self.monitors.put_histogram(name, arr)
-        if self._interrupted:   # the call finished: its steps are counted, then training stops
-            raise self._stop_exception()
+        if self._stop_requested():   # the call finished: its steps are counted, then training stops
+            raise self._stop.exception()
         return outs
+
+    def _stop_requested(self) -> bool:
+        return self._stop is not None and self._stop.requested
 
     def _count_steps_done_in_graph(self) -> None:
         """After a call cut short: count the steps it ran (the in-graph step counter has them),
@@ -574,9 +566,6 @@ class Trainer:
         if done > 0:
             self.global_step += done
             self.local_step += done
-
-    def _stop_exception(self) -> BaseException:
-        return TrainingTerminated() if self._stop_signum == signal.SIGTERM else KeyboardInterrupt()
 
     def setup_callbacks(self, callbacks: Sequence[Callback], monitors: Sequence[Callback]) -> None:
         from ..callbacks.group import Callbacks
@@ -602,11 +591,10 @@ class Trainer:
         self.max_epoch = int(max_epoch)
         self.epoch_num = self.starting_epoch - 1
         cbs = self._callbacks
-        watcher = SignalWatcher(self._on_signal, self._check_input_stall)
-        self._install_stop_handlers()
+        stop = self._stop = StopSignals(self, self.graceful_sigterm, on_tick=self._check_input_stall)
         terminated: Optional[TrainingTerminated] = None
         try:
-            watcher.__enter__()
+            stop.__enter__()   # inside the try: an interrupt while installing is undone by finally
             cbs.before_train()
             for self.epoch_num in range(self.starting_epoch, self.max_epoch + 1):
                 logger.info("Start Epoch %d ...", self.epoch_num)
@@ -629,68 +617,25 @@ class Trainer:
         except TrainingTerminated as e:
             terminated = e
         except Exception as e:
-            if self._stop_signum != signal.SIGTERM:
+            if stop.signum != signal.SIGTERM:
                 raise
             # a group-wide SIGTERM also ends the DataFlow's workers: part of the same stop
             logger.info("While stopping on SIGTERM: %s: %s", type(e).__name__, e)
             terminated = TrainingTerminated()
         finally:
-            watcher.__exit__(None, None, None)
-            self._restore_stop_handlers()
-            if terminated is not None:
-                logger.info("SIGTERM: training stopped at global step %d; ending it (callbacks save "
-                            "the last step).", self.global_step)
             try:
+                stop.__exit__()
+                if terminated is not None:
+                    logger.info("SIGTERM: training stopped at global step %d; ending it (callbacks save "
+                                "the last step).", self.global_step)
                 cbs.after_train()
-            finally:
+            finally:   # whatever interrupts the above (a second Ctrl-C): no thread or worker is left
+                self._stop = None
                 self.input.close()
         if terminated is not None:
             logger.info("Exiting with status %d (SIGTERM). Run the same command again to resume "
                         "(AutoResumeTrainConfig).", terminated.code)
             raise terminated
-
-    # Ctrl-C and SIGTERM: the C-level handler wakes the watcher thread, which fails a blocked
-    # dequeue at once; our Python handler (run when the main thread is back) lets the call
-    # unwind, and run_step_call counts the steps done and raises KeyboardInterrupt or
-    # TrainingTerminated. A second signal raises at once.
-    def _install_stop_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        wanted = [(signal.SIGINT, signal.default_int_handler)]
-        if self.graceful_sigterm:
-            wanted.append((signal.SIGTERM, signal.SIG_DFL))
-        for signum, default in wanted:
-            old = signal.getsignal(signum)
-            if old is not default:
-                continue   # the program has its own handler: leave the signal to it
-            signal.signal(signum, self._on_stop_signal)
-            self._own_handlers[signum] = old
-
-    def _restore_stop_handlers(self) -> None:
-        for signum, old in self._own_handlers.items():
-            signal.signal(signum, old)
-        self._own_handlers = {}
-
-    def _on_stop_signal(self, signum, frame):
-        if self._stop_signum is None:   # (the watcher thread may have seen it first)
-            self._stop_signum = signum
-        if self._call_started is not None and not self._interrupted:
-            self._interrupted = True
-            if signum == signal.SIGTERM:
-                logger.info("SIGTERM: stopping after the current call, then saving.")
-            else:
-                logger.info("Ctrl-C: stopping after the current call (press again to stop at once).")
-            return
-        # outside a call, or a second signal: at once, still through the callbacks' after_train
-        raise TrainingTerminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-    def _on_signal(self, signum: int) -> None:
-        """Watcher thread: a stop signal while a step may be blocked waiting for data: fail the wait now."""
-        if signum in self._own_handlers:
-            if self._stop_signum is None:
-                self._stop_signum = signum
-            self._cancelled = True
-            self.input.cancel()
 
     def _check_input_stall(self) -> None:
         """Watcher thread: report a step that has waited long on an empty input queue."""

@@ -8,20 +8,80 @@ and calls ``on_signal`` (which must release the blocked call, e.g. by closing th
 input queue). The usual Python handler (``KeyboardInterrupt``) then runs as soon as
 the main thread is back. The same thread calls ``on_tick`` about once a second.
 
+Python runs a signal's handler at the next bytecode of the main thread, and that may be
+inside a finalizer (``__del__``, a ``weakref.finalize`` callback: a batch's shared-memory
+slot, a TensorFlow object collected mid-loop). An exception raised there is "ignored":
+the ``KeyboardInterrupt`` is printed and lost, and a loop that should stop goes on.
+:func:`keep_interrupts_from_finalizers` installs an unraisable hook that sends such a
+signal again, so its handler runs once more outside the finalizer.
+
 Example::
 
+    keep_interrupts_from_finalizers()
     with SignalWatcher(on_signal=lambda signum: queue_source.cancel()):
         run_training()
 """
 from __future__ import annotations
 
+import _thread
 import select
 import signal
 import socket
+import sys
 import threading
+import time
 from typing import Callable, Optional
 
-__all__ = ["SignalWatcher"]
+__all__ = ["SignalWatcher", "keep_interrupts_from_finalizers"]
+
+_STOP_SIGNAL_OF = {KeyboardInterrupt: signal.SIGINT}   # exception type -> the signal that raised it
+
+
+def register_stop_exception(exc_type: type, signum: int) -> None:
+    """Exceptions of ``exc_type`` raised by the handler of ``signum`` (a trainer's SIGTERM) are
+    re-sent like ``KeyboardInterrupt`` when a finalizer swallows them."""
+    _STOP_SIGNAL_OF[exc_type] = signum
+
+
+def _resend_swallowed_stop(unraisable) -> bool:
+    """The unraisable hook's work: True when ``unraisable`` was a stop signal's exception,
+    lost in a finalizer of the main thread, and that signal was sent again."""
+    exc_type = getattr(unraisable, "exc_type", None)
+    signum = next((s for t, s in _STOP_SIGNAL_OF.items() if exc_type is not None and issubclass(exc_type, t)),
+                  None)
+    if signum is None or threading.current_thread() is not threading.main_thread():
+        return False
+    handler = signal.getsignal(signum)
+    if not callable(handler):
+        return False   # SIG_DFL / SIG_IGN: the exception did not come from a handler
+    # sent from another thread, once this hook has returned: sent from here, the handler would
+    # run inside the hook and be lost again (the wakeup fd sees the new one too)
+    threading.Thread(target=_resend_soon, args=(signum,), name="resend-stop-signal", daemon=True).start()
+    return True
+
+
+def _resend_soon(signum: int) -> None:
+    time.sleep(0.001)
+    _thread.interrupt_main(signum)
+
+
+def _unraisable_hook(unraisable) -> None:
+    if not _resend_swallowed_stop(unraisable):
+        _previous_hook(unraisable)
+
+
+_previous_hook = sys.unraisablehook
+
+
+def keep_interrupts_from_finalizers() -> None:
+    """Install (once) the unraisable hook that re-sends a stop signal lost in a finalizer.
+
+    Every other unraisable exception goes to the hook that was there before."""
+    global _previous_hook
+    if sys.unraisablehook is _unraisable_hook:
+        return
+    _previous_hook = sys.unraisablehook
+    sys.unraisablehook = _unraisable_hook
 
 
 class SignalWatcher:
