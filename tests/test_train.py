@@ -136,6 +136,26 @@ def test_datapoint_mismatch_is_a_clear_error(bad, match):
         launch_train_with_config(quiet_config(model=MLP(), dataflow=df, max_epoch=1), SimpleTrainer())
 
 
+def test_a_cast_that_would_change_a_value_is_an_error_naming_it():
+    """int64 labels feeding an int32 input: 2**32 + 1 became 1 and trained."""
+    x = np.zeros((4, 8), "float32")
+    good = [x, np.array([0, 1, 0, 1], "int64")]
+    bad = [x, np.array([0, 1, 2 ** 32 + 1, 0], "int64")]
+    df = DataFromList([good] * 4 + [bad] + [good] * 3, shuffle=False)
+    with pytest.raises(InputSourceError, match=r"datapoint 5 of its pass: input 'y'.*4294967297 at index \(2,\).*"
+                                               r"does not fit int32.*would make it 1"):
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=df, max_epoch=1), SimpleTrainer())
+
+    from kerastrainer.input_source.base import check_datapoint
+    specs = [tf.TensorSpec((None, 8), tf.float32, "x"), tf.TensorSpec((None,), tf.int32, "y")]
+    kept = check_datapoint([x.astype("float64") + 0.1, np.array([-5, 7], "int64")], specs, "here")
+    assert kept[0].dtype == np.float32 and kept[1].tolist() == [-5, 7]   # in range: cast as before
+    with pytest.raises(InputSourceError, match="'x'.*1e\+300.*would make it inf"):
+        check_datapoint([np.full((1, 8), 1e300), np.zeros(1, "int64")], specs, "here")
+    with pytest.raises(InputSourceError, match="'x'.*16777217.*does not fit float32"):
+        check_datapoint([np.full((1, 8), 2 ** 24 + 1, "int64"), np.zeros(1, "int64")], specs, "here")
+
+
 def test_missing_channel_axis_names_the_fix():
     """dataset.Mnist yields 28x28; a model declaring 28x28x1 is told how to reconcile them."""
     from kerastrainer.input_source.base import check_datapoint

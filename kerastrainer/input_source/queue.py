@@ -106,7 +106,7 @@ class QueueInput(InputSource):
         while not self._stop.is_set():
             for dp in self._iter:
                 count += 1
-                yield check_datapoint(dp, self.input_signature, where)
+                yield check_datapoint(dp, self.input_signature, f"{where}, datapoint {count} of its pass")
                 if self._stop.is_set():
                     return
             if count == 0 and not self._stop.is_set():
