@@ -156,6 +156,28 @@ def test_a_cast_that_would_change_a_value_is_an_error_naming_it():
         check_datapoint([np.full((1, 8), 2 ** 24 + 1, "int64"), np.zeros(1, "int64")], specs, "here")
 
 
+@pytest.mark.parametrize("how", ["static", "squeezed", "py_function"])
+def test_a_per_example_cost_is_refused_naming_its_shape(how):
+    """tensorpack requires a scalar cost; a (batch,) cost would train on the gradient of its sum."""
+    from kerastrainer.models import FullyConnected
+
+    class PerExample(MLP):
+        def build_graph(self, x, y):
+            per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=FullyConnected("fc", x, 3))
+            if how == "squeezed":    # rank unknown with an unknown batch
+                return tf.squeeze(tf.expand_dims(per, 1))
+            if how == "py_function":   # rank unknown with any batch: refused at the first step
+                return tf.py_function(lambda t: t, [per], tf.float32)
+            return per
+
+    match = {"static": r"scalar cost; it returned shape \(None,\)",
+             "squeezed": r"scalar cost; with a batch of 2 it returned shape \(2,\)",
+             "py_function": r"scalar cost; when run, it returned 32 values"}[how]
+    with pytest.raises(ValueError, match=match):
+        launch_train_with_config(quiet_config(model=PerExample(), dataflow=LinearData(), max_epoch=1),
+                                 SimpleTrainer(jit_compile=False))
+
+
 def test_missing_channel_axis_names_the_fix():
     """dataset.Mnist yields 28x28; a model declaring 28x28x1 is told how to reconcile them."""
     from kerastrainer.input_source.base import check_datapoint

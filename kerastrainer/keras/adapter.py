@@ -102,7 +102,8 @@ class KerasModelDesc(ModelDesc):
         with tf.name_scope("objectives"):
             total, stats = self._objectives.compute(y_true, y_pred)
             # read right after the call: Keras clears a model's add_loss losses when it is called again
-            extra = [tf.cast(t, tf.float32) for t in self._keras_model.losses]
+            # each summed, as Keras's fit does (Trainer._aggregate_additional_loss)
+            extra = [tf.reduce_sum(tf.cast(t, tf.float32)) for t in self._keras_model.losses]
             if extra:
                 total = tf.add_n(extra) if total is None else total + tf.add_n(extra)
             elif total is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -119,6 +119,22 @@ def _placeholder_spec(spec: tf.TensorSpec, name: str) -> tf.TensorSpec:
     return tf.TensorSpec(spec.shape, spec.dtype, name=name)
 
 
+SCALAR_COST_CHECK = "build_graph_cost_must_be_a_scalar"
+
+
+def scalar_cost_error(error: Exception) -> Optional[ValueError]:
+    """The clear error for a train step that failed because build_graph's cost (of unknown
+    rank when traced) was not a scalar when run; None for any other error."""
+    text = str(error)
+    if SCALAR_COST_CHECK not in text:
+        return None
+    found = re.search(r"Input to reshape is a tensor with (\d+) values", text)
+    values = f"{found.group(1)} values" if found else "more than one value"
+    return ValueError(f"build_graph must return a scalar cost; when run, it returned {values} (its shape was "
+                      "unknown when traced, e.g. after tf.squeeze). A per-example cost would train on the "
+                      "gradient of its sum: reduce it, e.g. with tf.reduce_mean.")
+
+
 class TowerFunction:
     """A tower function ``fn(*inputs) -> cost`` with its input signature and layer store."""
 
@@ -140,6 +156,10 @@ class TowerFunction:
             # Tower code runs as written (graph semantics, as in tensorpack), not rewritten
             # by AutoGraph: use tf.cond / tf.while_loop for data-dependent control flow.
             cost = tf.autograph.experimental.do_not_convert(self.fn)(*inputs)
+            if is_training and isinstance(cost, tf.Tensor) and cost.shape.rank is None:
+                # a cost of unknown rank (tf.squeeze, a py_function): a per-example cost would train
+                # on the gradient of its sum; the step fails instead (see scalar_cost_error)
+                cost = tf.reshape(cost, [], name=SCALAR_COST_CHECK)
         return cost, ctx
 
     def build(self, total: int = 1, require_cost: bool = True) -> None:
@@ -188,10 +208,34 @@ class TowerFunction:
         if cost.shape.rank not in (0, None):
             raise ValueError(f"build_graph must return a scalar cost; it returned shape {cost.shape}. "
                              "Reduce it, e.g. with tf.reduce_mean.")
+        if getattr(getattr(cost, "op", None), "name", "").endswith(SCALAR_COST_CHECK):
+            self._check_cost_with_a_known_batch(total)
         self.created_variables = created
         self.summary_names = found["summaries"]
         self.histogram_names = found["histograms"]
         self._built = True
+
+    def _check_cost_with_a_known_batch(self, total: int) -> None:
+        """The cost's rank was unknown with an unknown batch: trace once more with a batch of 2,
+        where shapes are usually known, and refuse a per-example cost now rather than at the first
+        step (any other trouble of that trace is left to the step's own check)."""
+        specs = []
+        for spec in self.input_signature:
+            if spec.shape.rank is None:
+                return
+            specs.append(tf.TensorSpec([2 if d is None else d for d in spec.shape.as_list()], spec.dtype))
+
+        def trace(*inputs):
+            return self(*inputs, name="tower0", is_training=True, index=0, total=total)[0]
+
+        try:
+            shape = tf.function(trace, autograph=False).get_concrete_function(*specs).structured_outputs.shape
+        except Exception:  # noqa: BLE001 - any trouble of this extra trace is left to the step's check
+            return
+        if shape.rank not in (0, None):
+            raise ValueError(f"build_graph must return a scalar cost; with a batch of 2 it returned shape {shape} "
+                             "(its shape is unknown with an unknown batch, e.g. after tf.squeeze). A per-example "
+                             "cost would train on the gradient of its sum: reduce it, e.g. with tf.reduce_mean.")
 
     def adopt_variables(self, exclude=()) -> None:
         """Keep variables the tower made outside the store (a Keras model built in build_graph)

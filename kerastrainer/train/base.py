@@ -30,6 +30,7 @@ from ..compat.keras_random import with_keras_random_state
 from ..compat.optimizer import learning_rate_variable
 from ..input_source.base import InputSource, InputSourceError
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
+from ..tfutils.tower_func import scalar_cost_error
 from ..utils import logger
 from ..utils.concurrency import describe_child_processes
 from ..utils.devices import current_replica_index, device_type
@@ -401,7 +402,7 @@ class Trainer:
             out[0].numpy()
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError,
                 tf.errors.InternalError) as e:
-            ops = _xla_error_ops(e) if self.use_xla else None
+            ops = _xla_error_ops(e) if self.use_xla and scalar_cost_error(e) is None else None
             if ops is None:
                 raise
             # (one batch per replica was taken from the input by the failed call)
@@ -524,6 +525,11 @@ class Trainer:
             values = packed.numpy().tolist()
             outs = dict(zip(self._output_names, values))
             first_bad = int(values[-1])
+        except tf.errors.InvalidArgumentError as e:
+            clear = scalar_cost_error(e)
+            if clear is None:
+                raise
+            raise clear from None
         except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as e:
             if self._stop_requested():
                 self._count_steps_done_in_graph()
