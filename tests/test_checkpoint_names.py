@@ -425,3 +425,45 @@ def test_keras_models_built_twice_save_under_the_same_names():
     first, second = build(), build()
     assert first == second
     assert {"keras_model/dense/kernel", "keras_model/dense_1/bias", "keras_model/out/kernel"} <= set(first)
+
+
+class WithOptimizer(Swappable):
+    def __init__(self, make_opt):
+        super().__init__()
+        self.make_opt = make_opt
+
+    def optimizer(self):
+        return self.make_opt()
+
+
+@pytest.mark.parametrize("code_opt,hyperparams", [("adam-1e-4", "checkpoint"), ("adam-1e-4", "code"),
+                                                  ("sgd-0.1", "checkpoint")])
+def test_resume_says_which_learning_rate_wins_and_another_optimizer_starts_afresh(tmp_path, kt_log, code_opt,
+                                                                               hyperparams):
+    """Saved with Adam(1e-3), resumed after editing optimizer(): the checkpoint's 1e-3 was restored
+    over the code's without a word, and an SGD kept Adam's learning rate."""
+    d = str(tmp_path / "a")
+    _train(d, WithOptimizer(lambda: keras.optimizers.Adam(1e-3)), epochs=1, steps_per_epoch=2)
+    make = {"adam-1e-4": lambda: keras.optimizers.Adam(1e-4), "sgd-0.1": lambda: keras.optimizers.SGD(0.1)}[code_opt]
+    kt_log.clear()
+    logger.set_logger_dir(d, "k")
+    try:
+        t = SimpleTrainer(steps_per_call=1)
+        launch_train_with_config(AutoResumeTrainConfig(model=WithOptimizer(make), dataflow=LinearData(dim=W),
+                                                       callbacks=[], monitors=[], steps_per_epoch=2, max_epoch=2,
+                                                       hyperparams=hyperparams), t)
+    finally:
+        logger.unset_logger_dir()
+    lr = float(t.optimizer.learning_rate.numpy())
+    warned = kt_log.warnings()
+    assert t.global_step == 4
+    if code_opt == "sgd-0.1":
+        assert lr == pytest.approx(0.1)
+        assert "another optimizer (slots: momentums, velocities) than the code's (slots: none)" in warned, warned
+    elif hyperparams == "code":
+        assert lr == pytest.approx(1e-4)
+        assert "learning_rate is 0.0001" in warned and "the code's value is used" in warned, warned
+    else:
+        assert lr == pytest.approx(1e-3)
+        assert "learning_rate is 0.001" in warned and "the checkpoint's value is used" in warned, warned
+        assert "hyperparams='code'" in warned

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from ..utils import logger
 from .checkpoint_files import latest_checkpoint, list_checkpoints
-from .varmanip import (CheckpointLoadError, assign_by_name, counter_of, is_named_format, load_chkpt_vars,
+from .varmanip import (HYPERPARAMS_FROM, CheckpointLoadError, assign_by_name, counter_of, is_named_format, load_chkpt_vars,
                        nonfinite_names)
 
 __all__ = ["SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore",
@@ -77,17 +77,27 @@ class CheckpointInit(SessionInit):
         model_only: restore only the model's variables, not the optimizer or counters
             (always so for a target without an optimizer, e.g. a predictor).
         strict: missing or unexpected model variables are an error (auto-resume).
+        hyperparams: where the code's optimizer and the checkpoint's differ in a hyper-parameter
+            (the learning rate), ``'checkpoint'`` (the default: a resumed run continues where it
+            stopped) or ``'code'`` wins; a warning names both values either way. An optimizer of
+            another class (other slots) loads nothing of the saved one, with a warning.
+        ignore_mismatch: variables of another shape in the checkpoint keep their values, with a
+            warning naming them (tensorpack's knob), instead of an error.
 
     Example::
 
         SaverRestore('train_log/mnist/checkpoint-1200', model_only=True)
     """
 
-    def __init__(self, path: str, model_only: bool = False, strict: bool = False,
-                 _arrays: Optional[Dict[str, np.ndarray]] = None):
+    def __init__(self, path: str, model_only: bool = False, strict: bool = False, hyperparams: str = "checkpoint",
+                 ignore_mismatch: bool = False, _arrays: Optional[Dict[str, np.ndarray]] = None):
+        if hyperparams not in HYPERPARAMS_FROM:
+            raise ValueError(f"hyperparams must be one of {HYPERPARAMS_FROM}; got {hyperparams!r}")
         self.path = get_checkpoint_path(path)
         self.model_only = model_only
         self.strict = strict
+        self.hyperparams = hyperparams
+        self.ignore_mismatch = ignore_mismatch
         self._arrays = _arrays
 
     def _init(self, target):
@@ -106,7 +116,8 @@ class CheckpointInit(SessionInit):
         bad = nonfinite_names({k: v for k, v in arrays.items() if isinstance(v, np.ndarray)})
         if bad:
             logger.warning("Checkpoint '%s' holds NaN or Inf in: %s", self.path, ", ".join(bad))
-        n = assign_by_name(target, arrays, self.path, model_only=model_only, strict=self.strict)
+        n = assign_by_name(target, arrays, self.path, model_only=model_only, strict=self.strict,
+                           hyperparams=self.hyperparams, ignore_mismatch=self.ignore_mismatch)
         logger.info("Restored %d variables from checkpoint %s", n, self.path)
 
     def _init_creation_order(self, target, model_only: bool):
@@ -189,10 +200,10 @@ class ChainInit(SessionInit):
             i.init(target)
 
 
-def SmartInit(obj, *, ignore_mismatch: bool = False) -> SessionInit:  # noqa: N802 (tensorpack's name)
+def SmartInit(obj, *, ignore_mismatch: bool = False, hyperparams: str = "checkpoint") -> SessionInit:  # noqa: N802
     """Pick the right initialiser for ``obj``: None, a dict, an ``.npz``, a checkpoint or log dir,
-    a SessionInit, or a list of those."""
-    del ignore_mismatch
+    a SessionInit, or a list of those. ``ignore_mismatch`` and ``hyperparams`` apply to
+    checkpoints (see :class:`CheckpointInit`). (tensorpack's name.)"""
     if obj is None:
         return JustCurrentSession()
     if isinstance(obj, SessionInit):
@@ -200,12 +211,12 @@ def SmartInit(obj, *, ignore_mismatch: bool = False) -> SessionInit:  # noqa: N8
     if isinstance(obj, dict):
         return DictRestore(obj)
     if isinstance(obj, (list, tuple)):
-        return ChainInit([SmartInit(x) for x in obj])
+        return ChainInit([SmartInit(x, ignore_mismatch=ignore_mismatch, hyperparams=hyperparams) for x in obj])
     if isinstance(obj, str):
         path = os.path.expanduser(obj)
         if path.endswith(".npz") or path.endswith(".npy"):
             return NpzInit(path)
-        return CheckpointInit(path)
+        return CheckpointInit(path, hyperparams=hyperparams, ignore_mismatch=ignore_mismatch)
     raise TypeError(f"SmartInit cannot load from a {type(obj).__name__}")
 
 
@@ -223,7 +234,7 @@ def read_checkpoint_counter(path: str, name: str) -> Optional[int]:
     return None
 
 
-def find_resumable_checkpoint(directory: str) -> Optional[CheckpointInit]:
+def find_resumable_checkpoint(directory: str, hyperparams: str = "checkpoint") -> Optional[CheckpointInit]:
     """The newest checkpoint of ``directory`` that reads back whole and holds only finite values.
 
     Damaged or non-finite checkpoints are skipped, each named in a warning, and the
@@ -254,7 +265,7 @@ def find_resumable_checkpoint(directory: str) -> Optional[CheckpointInit]:
         if rejected:
             logger.warning("Auto-resume: using %s instead of %s.", os.path.basename(prefix),
                            ", ".join(os.path.basename(p) for p in rejected))
-        init = CheckpointInit(prefix, strict=True, _arrays=arrays)
+        init = CheckpointInit(prefix, strict=True, hyperparams=hyperparams, _arrays=arrays)
         init.global_step = counter_of(arrays, "global_step")
         init.epoch = counter_of(arrays, "epoch")
         return init

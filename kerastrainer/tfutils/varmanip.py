@@ -284,26 +284,97 @@ def _split(names: List[str]) -> Tuple[List[str], List[str]]:
     return model, [n for n in names if n not in model]
 
 
+HYPERPARAMS_FROM = ("checkpoint", "code")
+
+
+def _is_optimizer_slot(name: str) -> bool:
+    return name.startswith(OPTIMIZER_PREFIX) and name.count("/") >= 2
+
+
+def _slot_kinds(names) -> set:
+    """The slot names (``momentum``, ``m``, ``v``...) among ``names``: what tells an optimizer's class."""
+    return {n.rsplit("/", 1)[1] for n in names if _is_optimizer_slot(n)}
+
+
+def _reconcile_optimizer(wanted: Dict[str, object], arrays: Dict[str, np.ndarray], source: str,
+                         hyperparams: str) -> Dict[str, np.ndarray]:
+    """The checkpoint's entries to load, once the code's optimizer is compared with the saved one.
+
+    - Another optimizer (its slots differ: Adam's m/v against SGD's momentum): none of the saved
+      optimizer's state or hyper-parameters is loaded; the code's optimizer starts afresh. Warned.
+    - The same optimizer, a hyper-parameter (``learning_rate``...) whose saved value differs from
+      the code's: the checkpoint's wins (``hyperparams='checkpoint'``, tensorpack's and Keras's
+      resume rule) or the code's (``'code'``); either way a warning names both values.
+    """
+    saved_opt = [k for k in arrays if k.startswith(OPTIMIZER_PREFIX)]
+    code_opt = [k for k in wanted if k.startswith(OPTIMIZER_PREFIX)]
+    if not saved_opt or not code_opt:
+        return arrays
+    saved_kinds, code_kinds = _slot_kinds(saved_opt), _slot_kinds(code_opt)
+    if saved_kinds != code_kinds:
+        logger.warning("Loading '%s': its optimizer state is of another optimizer (slots: %s) than the code's "
+                       "(slots: %s). None of it is loaded, hyper-parameters included: the code's optimizer starts "
+                       "afresh with its own settings.", source, ", ".join(sorted(saved_kinds)) or "none",
+                       ", ".join(sorted(code_kinds)) or "none")
+        for k in code_opt:
+            wanted.pop(k)
+        return {k: v for k, v in arrays.items() if not k.startswith(OPTIMIZER_PREFIX)}
+    out = dict(arrays)
+    for k in code_opt:
+        if _is_optimizer_slot(k) or k.rsplit("/", 1)[1] in ("iteration", "iterations") or k not in arrays:
+            continue
+        code_value = np.asarray(wanted[k].numpy())
+        saved_value = np.asarray(arrays[k])
+        if code_value.shape != saved_value.shape or np.allclose(code_value, saved_value, rtol=1e-6, atol=0):
+            continue
+        name = k[len(OPTIMIZER_PREFIX):]
+        if hyperparams == "code":
+            out.pop(k)
+            wanted.pop(k)
+            logger.warning("Loading '%s': %s is %s in the code's optimizer and %s in the checkpoint: the code's "
+                           "value is used (hyperparams='code').", source, name, _show(code_value), _show(saved_value))
+        else:
+            logger.warning("Loading '%s': %s is %s in the checkpoint and %s in the code's optimizer: the "
+                           "checkpoint's value is used, as a resumed run continues where it stopped (a "
+                           "hyper-parameter schedule then sets it as usual). To use the code's value, pass "
+                           "hyperparams='code' to AutoResumeTrainConfig or SmartInit.", source, name,
+                           _show(saved_value), _show(code_value))
+    return out
+
+
+def _show(value: np.ndarray) -> str:
+    """A hyper-parameter's value as a user wrote it (1e-4, not 9.999999747378752e-05)."""
+    if value.ndim == 0 and value.dtype.kind == "f":
+        return f"{float(value):.7g}"
+    return str(value.tolist())
+
+
 def assign_by_name(target, arrays: Dict[str, np.ndarray], source: str, model_only: bool = False,
-                   strict: bool = False) -> int:
+                   strict: bool = False, hyperparams: str = "checkpoint", ignore_mismatch: bool = False) -> int:
     """Assign saved arrays to ``target``'s variables by name; returns how many were assigned.
 
     Every problem is reported in one message: mismatched shapes raise
     :class:`CheckpointLoadError`; missing and unexpected names are a warning, or an
     error when ``strict`` (a resumed run must continue the same model). With
     ``model_only`` the optimizer's and the counters' entries are neither loaded nor
-    reported.
+    reported. ``hyperparams``: which learning rate (and other optimizer hyper-parameter)
+    wins where the code and the checkpoint differ; see :func:`_reconcile_optimizer`.
     """
+    if hyperparams not in HYPERPARAMS_FROM:
+        raise ValueError(f"hyperparams must be one of {HYPERPARAMS_FROM}; got {hyperparams!r}")
     wanted = checkpoint_variables(target, model_only=model_only)
     if model_only:
         arrays = {k: v for k, v in arrays.items() if not (k.startswith(OPTIMIZER_PREFIX) or k in COUNTERS)}
+    else:
+        arrays = _reconcile_optimizer(wanted, arrays, source, hyperparams)
     matched, missing, unexpected, mismatched = match_report(wanted, arrays)
     missing_model, missing_other = _split(missing)
     unexpected_model, unexpected_other = _split(unexpected)
     lines = []
     if mismatched:
-        lines.append(f"{len(mismatched)} variable(s) have another shape in the checkpoint: " + ", ".join(
-            f"{n} (model {list(ms)}, checkpoint {list(cs)})" for n, ms, cs in mismatched))
+        lines.append(f"{len(mismatched)} variable(s) have another shape in the checkpoint"
+                     + (" (ignore_mismatch: not loaded)" if ignore_mismatch else "") + ": " + ", ".join(
+                         f"{n} (model {list(ms)}, checkpoint {list(cs)})" for n, ms, cs in mismatched))
     if missing_model:
         lines.append(f"{len(missing_model)} variable(s) of the model are not in the checkpoint: "
                      + ", ".join(missing_model))
@@ -314,7 +385,7 @@ def assign_by_name(target, arrays: Dict[str, np.ndarray], source: str, model_onl
     if other:
         lines.append(f"optimizer state or counters that do not match ({len(missing_other)} missing, "
                      f"{len(unexpected_other)} unexpected): " + ", ".join(other))
-    if mismatched or (strict and (missing_model or unexpected_model)):
+    if (mismatched and not ignore_mismatch) or (strict and (missing_model or unexpected_model)):
         hint = ("The checkpoint was written by a different model: use a new log directory, or load "
                 "its weights on purpose with session_init=SmartInit(...)." if strict else
                 "Check the model definition, or load only the matching variables with a dict or "

@@ -100,6 +100,11 @@ class AutoResumeTrainConfig(TrainConfig):
     hold exactly the model's variables. When its epoch is already ``max_epoch``,
     nothing is trained and a warning says so.
 
+    Where the code's optimizer differs from the saved one, a warning says what wins: for a
+    hyper-parameter such as the learning rate, the checkpoint's value (a resumed run continues
+    where it stopped) unless ``hyperparams='code'``; an optimizer of another class (other
+    slots) starts afresh with the code's settings, none of the saved state loaded.
+
     Example::
 
         logger.set_logger_dir('train_log/run1', action='k')
@@ -107,7 +112,7 @@ class AutoResumeTrainConfig(TrainConfig):
                                  SimpleTrainer())
     """
 
-    def __init__(self, always_resume: bool = True, **kwargs):
+    def __init__(self, always_resume: bool = True, hyperparams: str = "checkpoint", **kwargs):
         del always_resume  # never prompts; kept for tensorpack's signature
         super().__init__(**kwargs)
         logdir = logger.get_logger_dir()
@@ -115,7 +120,7 @@ class AutoResumeTrainConfig(TrainConfig):
             logger.warning("AutoResumeTrainConfig: no log directory is set, so there is nothing to resume.")
             return
         from ..tfutils.sessinit import find_resumable_checkpoint
-        init = find_resumable_checkpoint(logdir)
+        init = find_resumable_checkpoint(logdir, hyperparams=hyperparams)
         if init is None:
             logger.info("AutoResumeTrainConfig: no checkpoint in %s; training starts afresh.", logdir)
             return
