@@ -178,6 +178,29 @@ def test_a_per_example_cost_is_refused_naming_its_shape(how):
                                  SimpleTrainer(jit_compile=False))
 
 
+@pytest.mark.parametrize("declared,yields", [(20, 7), (7, 20)])
+def test_a_dataflow_whose_len_is_wrong_is_warned_about_once(kt_log, declared, yields):
+    """steps_per_epoch comes from len(): a wrong __len__ silently changed what an epoch is."""
+    class WrongLength(LinearData):
+        def __len__(self):
+            return declared
+
+    df = WrongLength(num_batches=yields)
+    t = SimpleTrainer(steps_per_call=1)
+    launch_train_with_config(quiet_config(model=MLP(), dataflow=df, max_epoch=2), t)
+    warned = [m for m in kt_log.at_level(30) if "len() is" in m]
+    found = "7" if yields == 7 else "more than 7"
+    assert len(warned) == 1, warned
+    assert f"QueueInput (WrongLength): the DataFlow's len() is {declared} but a pass yields {found} datapoints" \
+        in warned[0]
+
+
+def test_a_dataflow_whose_len_is_right_is_not_warned_about(kt_log):
+    launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(num_batches=5), max_epoch=3),
+                             SimpleTrainer(steps_per_call=1))
+    assert not [m for m in kt_log.messages if "len() is" in m]
+
+
 def test_missing_channel_axis_names_the_fix():
     """dataset.Mnist yields 28x28; a model declaring 28x28x1 is told how to reconcile them."""
     from kerastrainer.input_source.base import check_datapoint

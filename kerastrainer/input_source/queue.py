@@ -40,6 +40,20 @@ class _StartStopCallback(Callback):
         self.source.close()
 
 
+def _declared_length(ds) -> Optional[int]:
+    try:
+        return int(len(ds))
+    except (NotImplementedError, TypeError, ValueError):
+        return None
+
+
+def _warn_wrong_length(where: str, declared: int, found: str) -> bool:
+    logger.warning("%s: the DataFlow's len() is %d but a pass yields %s datapoints. steps_per_epoch comes from "
+                   "len(), so an epoch is not one pass of the data (the input starts a new pass when one ends). "
+                   "Fix its __len__, or give TrainConfig(steps_per_epoch=...).", where, declared, found)
+    return True
+
+
 class QueueInput(InputSource):
     """Feed a DataFlow into a ``tf.queue.FIFOQueue`` from a background thread.
 
@@ -103,12 +117,18 @@ class QueueInput(InputSource):
         self._first = None
         where = f"{self.name} ({type(self.ds).__name__})"
         count = 1  # the first pass gave the first datapoint already
+        declared = _declared_length(self.ds)
+        length_warned = False
         while not self._stop.is_set():
             for dp in self._iter:
                 count += 1
+                if declared is not None and count == declared + 1 and not length_warned:
+                    length_warned = _warn_wrong_length(where, declared, f"more than {declared}")
                 yield check_datapoint(dp, self.input_signature, f"{where}, datapoint {count} of its pass")
                 if self._stop.is_set():
                     return
+            if declared is not None and 0 < count < declared and not length_warned:
+                length_warned = _warn_wrong_length(where, declared, str(count))
             if count == 0 and not self._stop.is_set():
                 raise DataFlowEndedError(
                     f"{where}: the DataFlow ended and produced nothing when restarted, so training "
