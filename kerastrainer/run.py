@@ -107,6 +107,38 @@ def plan_workers(num_proc: Optional[int], hosts: Optional[str], node_rank: int,
     return workers, mine
 
 
+def _holder_of_port(port: int) -> str:
+    """' (pid N: command)' of the process listening on ``port`` here, when psutil can tell."""
+    try:
+        import psutil
+        for c in psutil.net_connections(kind="tcp"):
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid:
+                return f" (pid {c.pid}: {' '.join(psutil.Process(c.pid).cmdline())[:200]})"
+    except Exception:  # noqa: BLE001 - only a nicer message
+        pass
+    return ""
+
+
+def check_ports_free(workers: Sequence[str], mine: Sequence[Tuple[int, int, int]]) -> None:
+    """Raise RuntimeError naming every port of a worker started here that is already taken.
+
+    TensorFlow's own error for it ("Could not start gRPC server") names neither."""
+    import socket
+    taken = []
+    for rank, _, _ in mine:
+        host, port = workers[rank].rsplit(":", 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as the gRPC server binds
+            try:
+                s.bind(("", int(port)))
+            except OSError as e:
+                taken.append(f"port {port} of rank {rank} ({workers[rank]}): {e.strerror}{_holder_of_port(int(port))}")
+    if taken:
+        raise RuntimeError("cannot start the workers: " + "; ".join(taken) + ". Choose another --port (worker j "
+                           "of a host listens on PORT+j), stop what holds it, or leave --port out on one machine "
+                           "to get free ports.")
+
+
 def _die_with_parent(parent_pid: int):
     """preexec_fn: the worker gets SIGKILL when the launcher dies (Linux)."""
     def fn():
@@ -324,6 +356,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not command:
         parser.error("no command given: kerastrainer-run -np N python train.py ARGS")
     try:
+        check_ports_free(workers, mine)
         launcher = Launcher(command, workers, mine, grace=args.grace, prefix=not args.no_prefix)
         return launcher.run()
     except RuntimeError as e:

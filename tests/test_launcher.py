@@ -157,6 +157,21 @@ def test_each_worker_gets_its_rank_and_a_tf_config_and_prefixed_output():
         assert f"[{r}] no newline at the end" in out
 
 
+def test_a_taken_port_is_named_before_any_worker_starts():
+    """--port P with P taken: rank 0 died in TF with 'Could not start gRPC server', naming neither."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        rc, out = finish(start("-np", "2", "--port", str(port - 1), worker=["env"]))
+    finally:
+        holder.close()
+    assert rc == 2, out
+    assert f"port {port} of rank 1 (127.0.0.1:{port}): Address already in use (pid {os.getpid()}:" in out, out
+    assert "Choose another --port" in out and "ENV " not in out   # no worker was started
+
+
 def test_failed_worker_stops_the_others_and_names_its_rank():
     proc = start("-np", "3", "--grace", "5", worker=["family", "1", "3"])
     rc, out = finish(proc)
