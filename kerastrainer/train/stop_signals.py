@@ -16,7 +16,8 @@ How, and the races it closes:
   The Python handler (``_handle``) only runs when the main thread is back in Python.
 - The watcher records the stop too: if the Python handler's exception is lost (raised
   inside a finalizer, where Python ignores exceptions) the trainer still stops after the
-  call (``requested``), and :func:`keep_interrupts_from_finalizers` sends the signal again.
+  call (``requested``). (:func:`keep_interrupts_from_finalizers`, which sends such a signal
+  again for other code, leaves the trainer's handler alone.)
 - The handlers are installed inside the main loop's ``try`` and restored first thing in
   its ``finally``, and only where they are still ours, so an interrupt during set-up or
   clean-up never leaves a dead trainer's handler installed for the rest of the process.
@@ -63,6 +64,10 @@ class StopSignals:
 
     ``trainer`` must have ``_call_started`` (None between calls) and ``input`` (with ``cancel()``).
     """
+
+    # the watcher records every stop signal: one whose exception a finalizer swallowed is not re-sent
+    # (re-sent, it would interrupt the callbacks' after_train of the stop it already caused)
+    records_stop_signals = True
 
     def __init__(self, trainer, graceful_sigterm: bool = True, on_tick: Optional[Callable[[], None]] = None):
         self.trainer = trainer

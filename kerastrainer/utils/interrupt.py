@@ -54,6 +54,8 @@ def _resend_swallowed_stop(unraisable) -> bool:
     handler = signal.getsignal(signum)
     if not callable(handler):
         return False   # SIG_DFL / SIG_IGN: the exception did not come from a handler
+    if getattr(getattr(handler, "__self__", None), "records_stop_signals", False):
+        return True    # its owner (a trainer's StopSignals) acts on the signal anyway: no second one
     # sent from another thread, once this hook has returned: sent from here, the handler would
     # run inside the hook and be lost again (the wakeup fd sees the new one too)
     threading.Thread(target=_resend_soon, args=(signum,), name="resend-stop-signal", daemon=True).start()
