@@ -391,6 +391,24 @@ def test_a_dead_trainers_handler_is_taken_over_and_a_programs_own_is_left_with_a
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.mark.parametrize("hook", ["_setup_graph", "_before_train", "_trigger_step", "_trigger_epoch", "_after_train"])
+def test_an_exception_from_a_user_callback_names_the_callback_and_the_hook(kt_log, hook):
+    class Boom(Callback):
+        pass
+
+    def boom(self):
+        raise ZeroDivisionError("the user's own bug")
+
+    setattr(Boom, hook, boom)
+    with pytest.raises(ZeroDivisionError, match="the user's own bug") as info:   # the user's type, kept
+        launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), callbacks=[Boom()], max_epoch=1),
+                                 SimpleTrainer(steps_per_call=2))
+    where = f"callback Boom (test_train.Boom) failed in {hook.lstrip('_')}"
+    assert any(where in note for note in info.value.__notes__), info.value.__notes__
+    assert any(where in m for m in kt_log.at_level(40)), kt_log.messages
+    assert not _producer_threads()
+
+
 def test_stop_training_from_callback():
     class Stop(Callback):
         def _trigger_epoch(self):

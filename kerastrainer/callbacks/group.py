@@ -29,6 +29,21 @@ _REPORT_MIN_SECONDS = 1.0
 _REPORT_TOP_K = 3
 
 
+def _name_the_callback(error: Exception, cb: Callback, hook: str) -> None:
+    """Say which callback and hook raised ``error``: a log line, and a note on the exception
+    itself (shown under its traceback), whose type stays the user's."""
+    where = f"callback {cb} ({type(cb).__module__}.{type(cb).__name__}) failed in {hook}"
+    if getattr(error, "_kerastrainer_callback", None) is not None:
+        return   # a nested group named the innermost callback already
+    try:
+        error._kerastrainer_callback = where
+    except AttributeError:   # an exception type without a __dict__
+        pass
+    logger.error("The %s: %s: %s", where, type(error).__name__, error)
+    if hasattr(error, "add_note"):   # Python >= 3.11
+        error.add_note(f"(kerastrainer: the {where})")
+
+
 class Callbacks(Callback):
     """A group of callbacks run in order; a callback itself.
 
@@ -72,6 +87,9 @@ class Callbacks(Callback):
                 if stop is None:
                     stop = e
                 logger.info("%s asked to stop training.", cb)
+            except Exception as e:
+                _name_the_callback(e, cb, hook)
+                raise
             finally:
                 times[i] += time.perf_counter() - t0
         if stop is not None:
@@ -79,7 +97,11 @@ class Callbacks(Callback):
 
     def _setup_graph(self):
         for cb in self.cbs:
-            cb.setup_graph(self.trainer)
+            try:
+                cb.setup_graph(self.trainer)
+            except Exception as e:
+                _name_the_callback(e, cb, "setup_graph")
+                raise
 
     def _before_train(self):
         self._run("before_train")
@@ -113,6 +135,7 @@ class Callbacks(Callback):
                 pass
             except Exception as e:
                 if first is None:
+                    _name_the_callback(e, cb, "after_train")
                     first = e
                 else:
                     logger.error("%s.after_train failed too: %r", cb, e)
