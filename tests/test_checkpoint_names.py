@@ -467,3 +467,28 @@ def test_resume_says_which_learning_rate_wins_and_another_optimizer_starts_afres
         assert lr == pytest.approx(1e-3)
         assert "learning_rate is 0.001" in warned and "the checkpoint's value is used" in warned, warned
         assert "hyperparams='code'" in warned
+
+
+class MasksNaNInTheCost(Swappable):
+    """A NaN in x makes its rows of h NaN; the cost masks them (finite), the gradients of 'a' are NaN."""
+
+    def build_graph(self, x, y, flag=None):
+        h = FullyConnected("a", x, W)
+        logits = FullyConnected("out", tf.where(tf.math.is_finite(h), h, 0.0), 3)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="cost")
+
+
+def test_nan_in_the_input_with_a_finite_cost_stops_naming_the_gradients_and_the_input(tmp_path):
+    class NaNAtBatch3(LinearData):
+        def __iter__(self):
+            for i, (x, y) in enumerate(super().__iter__()):
+                if i == 3:
+                    x = x.copy()
+                    x[0, 0] = np.nan
+                yield [x, y]
+
+    with pytest.raises(NonFiniteLossError, match=r"gradients became NaN or Inf at global step 3 .*while the cost "
+                                                 r"stayed finite.*NaN or Inf in that step's input batch") as info:
+        _train(str(tmp_path / "a"), MasksNaNInTheCost(), data=NaNAtBatch3(dim=W), extra_callbacks=[TerminateOnNonFinite()])
+    assert info.value.global_step == 3
+    assert latest_checkpoint(str(tmp_path / "a")) is None or "checkpoint-3" not in latest_checkpoint(str(tmp_path / "a"))

@@ -41,8 +41,8 @@ from typing import List, Optional, Tuple
 
 from ..tfutils.checkpoint_files import (CHECKPOINT_PREFIX, POINTER_FILE as _POINTER, checkpoint_exists as _exists,
                                        latest_checkpoint, read_pointer as _read_pointer)
-from ..tfutils.varmanip import (FORMAT_KEY, CheckpointWriteError, NonFiniteWeightsError, nonfinite_names,
-                                write_checkpoint)
+from ..tfutils.varmanip import (FORMAT_KEY, NONFINITE_WEIGHTS_HINT, CheckpointWriteError, NonFiniteWeightsError,
+                                nonfinite_names, write_checkpoint)
 from ..utils import logger
 from .base import Callback
 from .fileio import atomic_write_text, remove_stale_temporaries
@@ -213,7 +213,7 @@ class ModelSaver(Callback):
         bad = nonfinite_names(variables)
         if bad:
             raise NonFiniteWeightsError(f"{len(bad)} variable(s) hold NaN or Inf: {', '.join(bad)}. The "
-                                        "model diverged; nothing was saved.")
+                                        "model diverged; nothing was saved. " + NONFINITE_WEIGHTS_HINT)
         tr.checkpoint.write(prefix)
 
     def _save_as_non_chief(self) -> None:

@@ -84,10 +84,11 @@ class NonFiniteLossError(RuntimeError):
 
 
 class TerminateOnNonFinite(Callback):
-    """Stop training as soon as a train call saw a NaN or Inf cost (Keras: TerminateOnNaN).
+    """Stop training as soon as a train call saw a NaN or Inf cost or gradient (Keras: TerminateOnNaN).
 
     The trainer reports in ``last_step_outputs['_nonfinite_step']`` the first global
-    step of the call whose cost was not finite (or -1). This callback raises
+    step of the call whose cost or gradients were not finite (or -1); gradients alone
+    (a finite cost) point at the input data. This callback raises
     :class:`NonFiniteLossError` naming that step. Where that key is missing it
     checks the call's average cost instead and names the call's range of steps.
     It runs on every worker, so that all of them stop together.
@@ -110,6 +111,14 @@ class TerminateOnNonFinite(Callback):
             bad = int(bad)
             if bad >= 0:
                 cost = outputs.get("cost")
+                if outputs.get("_nonfinite_grads_step", -1) == bad and cost is not None \
+                        and math.isfinite(float(cost)):
+                    raise NonFiniteLossError(
+                        f"The gradients became NaN or Inf at global step {bad} (epoch {self.epoch_num}) while "
+                        f"the cost stayed finite (the call's mean cost: {cost}): the usual cause is NaN or Inf "
+                        "in that step's input batch (check the DataFlow, e.g. with a MapData that asserts "
+                        "np.isfinite), else an op whose gradient is undefined there (sqrt or log at 0).",
+                        global_step=bad)
                 raise NonFiniteLossError(
                     f"The cost became NaN or Inf at global step {bad} (epoch {self.epoch_num}; "
                     f"the call's mean cost: {cost}). Lower the learning rate, check the input "

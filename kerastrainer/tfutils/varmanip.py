@@ -203,7 +203,7 @@ def write_checkpoint(target, prefix: str, check_finite: bool = True) -> List[str
         if bad:
             raise NonFiniteWeightsError(
                 f"{len(bad)} variable(s) hold NaN or Inf: {', '.join(bad)}. The model diverged; "
-                "nothing was saved.")
+                "nothing was saved. " + NONFINITE_WEIGHTS_HINT)
     names.append(FORMAT_KEY)
     tensors.append(tf.constant(FORMAT_NAMED))
     with tf.device("/cpu:0"):
@@ -285,6 +285,11 @@ def _split(names: List[str]) -> Tuple[List[str], List[str]]:
 
 
 HYPERPARAMS_FROM = ("checkpoint", "code")
+
+NONFINITE_WEIGHTS_HINT = (
+    "The weights went NaN or Inf through a step: with a finite cost that is usually NaN or Inf in the "
+    "input data (TerminateOnNonFinite, a default callback, names the first such step and whether only "
+    "the gradients were non-finite); else lower the learning rate or clip gradients.")
 
 
 def _is_optimizer_slot(name: str) -> bool:

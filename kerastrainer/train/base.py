@@ -45,6 +45,10 @@ _PRECISIONS = {None: None, "fp32": None, "float32": None, "bf16": "mixed_bfloat1
                "mixed_bfloat16": "mixed_bfloat16", "fp16": "mixed_float16", "mixed_float16": "mixed_float16"}
 
 
+# a per-replica output of the step: 1.0 where a gradient holds NaN or Inf
+NONFINITE_GRADS = "_nonfinite_grads"
+
+
 class _DeferredUpdates(keras.StatelessScope):
     """Keras-variable updates made in the scope are recorded, not applied: ``updates`` maps
     ``id(variable)`` to ``(variable, new value)``; reads in the scope see the new values."""
@@ -284,7 +288,11 @@ class Trainer:
                 if loss_scale:
                     loss = opt.scale_loss(loss)
             grads = tape.gradient(loss, variables)
-            outs = {cost_key: cost32}
+            # NaN/Inf in the input can leave the cost finite (max(NaN, 0) is 0 on some kernels) and
+            # still poison the gradients: the non-finite check looks at both
+            finite = [tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None]
+            outs = {cost_key: cost32,
+                    NONFINITE_GRADS: 1.0 - tf.cast(tf.reduce_all(finite) if finite else True, tf.float32)}
             for n in summary_names:
                 # only the main tower records summaries; the others add zeros to the sum
                 outs[n] = tf.cast(ctx.moving_summaries[n], tf.float32) if n in ctx.moving_summaries \
@@ -325,6 +333,7 @@ class Trainer:
         def train_calls(k, *feeds):
             acc = {n: tf.constant(0.0) for n in [cost_key] + summary_names}
             first_bad = tf.constant(-1, tf.int64)
+            first_bad_grads = tf.constant(-1, tf.int64)
             # histograms (vectors) and images (NHWC) of the call's last step, from the main
             # tower (replica 0); an empty value of unknown shape, so the loop may change it
             hist = {n: tf.compat.v1.placeholder_with_default(tf.zeros([0]), shape=None)
@@ -338,10 +347,15 @@ class Trainer:
                 acc = {n: acc[n] + step[n] for n in acc}
                 hist = {n: strategy.experimental_local_results(per_replica_hist[n])[0] for n in histogram_names}
                 bad = tf.logical_not(tf.math.is_finite(step[cost_key]))
-                first_bad = tf.where(tf.logical_and(first_bad < 0, bad), tf.cast(i, tf.int64), first_bad)
+                bad_grads = strategy.reduce(total, per_replica[NONFINITE_GRADS], axis=None) > 0
+                first_bad = tf.where(tf.logical_and(first_bad < 0, tf.logical_or(bad, bad_grads)),
+                                     tf.cast(i, tf.int64), first_bad)
+                first_bad_grads = tf.where(tf.logical_and(first_bad_grads < 0, bad_grads), tf.cast(i, tf.int64),
+                                           first_bad_grads)
             kf = tf.cast(k, tf.float32)
             # one vector, so the host fetches the call's outputs in one transfer
-            packed = tf.stack([acc[n] / kf for n in acc] + [tf.cast(first_bad, tf.float32)])
+            packed = tf.stack([acc[n] / kf for n in acc] + [tf.cast(first_bad_grads, tf.float32),
+                                                             tf.cast(first_bad, tf.float32)])
             return packed, hist
 
         self._output_names = [cost_key] + summary_names
@@ -524,7 +538,7 @@ class Trainer:
             packed, hists = self._call_train_fn(k, feeds)
             values = packed.numpy().tolist()
             outs = dict(zip(self._output_names, values))
-            first_bad = int(values[-1])
+            first_bad, first_bad_grads = int(values[-1]), int(values[-2])
         except tf.errors.InvalidArgumentError as e:
             clear = scalar_cost_error(e)
             if clear is None:
@@ -546,6 +560,7 @@ class Trainer:
         self.local_step += k
         self.last_call_steps = k
         outs["_nonfinite_step"] = bad_step
+        outs["_nonfinite_grads_step"] = self.global_step - k + first_bad_grads if first_bad_grads >= 0 else -1
         self.last_step_outputs = outs
         if hists and self.local_step >= self.steps_per_epoch and self.monitors is not None:
             for name, values in hists.items():
