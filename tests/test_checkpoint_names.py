@@ -492,3 +492,25 @@ def test_nan_in_the_input_with_a_finite_cost_stops_naming_the_gradients_and_the_
         _train(str(tmp_path / "a"), MasksNaNInTheCost(), data=NaNAtBatch3(dim=W), extra_callbacks=[TerminateOnNonFinite()])
     assert info.value.global_step == 3
     assert latest_checkpoint(str(tmp_path / "a")) is None or "checkpoint-3" not in latest_checkpoint(str(tmp_path / "a"))
+
+
+def test_a_checkpoint_rotated_away_while_a_predictor_loads_it(tmp_path, kt_log):
+    """A run that saves every step and keeps one: about 1 predictor load in 500 died with a bare
+    FileNotFoundError (the file was deleted between finding and reading it)."""
+    d = str(tmp_path / "a")
+    _train(d, Swappable(), epochs=1, callbacks=[ModelSaver(max_to_keep=1)])         # checkpoint-5
+    from_dir, from_prefix = SmartInit(d), SmartInit(latest_checkpoint(d))
+    assert os.path.basename(from_dir.path) == "checkpoint-5"
+    t = _train(d, Swappable(), epochs=2, callbacks=[ModelSaver(max_to_keep=1)],
+               config_cls=AutoResumeTrainConfig)                                       # checkpoint-10; -5 deleted
+    assert not os.path.exists(from_dir.path + ".index")
+    pred = OfflinePredictor(PredictConfig(model=Swappable(), session_init=from_dir, input_names=["x"],
+                                          output_names=["prob"]))
+    for name, value in weights_of(t).items():
+        np.testing.assert_array_equal(pred._target.named_variables()[name].numpy(), value)
+    assert "checkpoint-5 was removed while it was read" in kt_log.text() and "loading the newer checkpoint-10" \
+        in kt_log.text()
+    with pytest.raises(CheckpointLoadError, match="checkpoint-5' was removed while it was read.*Load the log "
+                                                  "directory instead"):
+        OfflinePredictor(PredictConfig(model=Swappable(), session_init=from_prefix, input_names=["x"],
+                                       output_names=["prob"]))

@@ -93,6 +93,8 @@ class CheckpointInit(SessionInit):
                  ignore_mismatch: bool = False, _arrays: Optional[Dict[str, np.ndarray]] = None):
         if hyperparams not in HYPERPARAMS_FROM:
             raise ValueError(f"hyperparams must be one of {HYPERPARAMS_FROM}; got {hyperparams!r}")
+        # a directory: its latest checkpoint, taken again if a running job rotates it away meanwhile
+        self.directory = path if os.path.isdir(path) else None
         self.path = get_checkpoint_path(path)
         self.model_only = model_only
         self.strict = strict
@@ -103,7 +105,7 @@ class CheckpointInit(SessionInit):
     def _init(self, target):
         arrays, self._arrays = self._arrays, None  # (read ahead by auto-resume; freed once used)
         if arrays is None:
-            arrays = load_chkpt_vars(self.path)
+            arrays = self._read()
         model_only = self.model_only or getattr(target, "optimizer", None) is None
         if not is_named_format(arrays):
             if "_CHECKPOINTABLE_OBJECT_GRAPH" in arrays:
@@ -119,6 +121,28 @@ class CheckpointInit(SessionInit):
         n = assign_by_name(target, arrays, self.path, model_only=model_only, strict=self.strict,
                            hyperparams=self.hyperparams, ignore_mismatch=self.ignore_mismatch)
         logger.info("Restored %d variables from checkpoint %s", n, self.path)
+
+    def _read(self) -> Dict[str, np.ndarray]:
+        """The checkpoint's arrays. One removed while it was read (a run that saves often and keeps
+        few rotated it away) is replaced by the directory's newer latest, with a note; given by its
+        own prefix, it is an error that says so."""
+        for _ in range(5):
+            try:
+                return load_chkpt_vars(self.path)
+            except CheckpointLoadError:
+                if os.path.isfile(self.path + ".index"):
+                    raise   # still there: damaged, not rotated
+                newer = latest_checkpoint(self.directory) if self.directory else None
+                if newer is None or newer == self.path:
+                    raise CheckpointLoadError(
+                        f"Checkpoint '{self.path}' was removed while it was read: the run that writes it keeps "
+                        "only its newest checkpoints (ModelSaver(max_to_keep=...)). Load the log directory "
+                        "instead to get its latest checkpoint, or keep more.") from None
+                logger.info("Checkpoint %s was removed while it was read (the run writing %s rotated it); "
+                            "loading the newer %s.", os.path.basename(self.path), self.directory,
+                            os.path.basename(newer))
+                self.path = newer
+        return load_chkpt_vars(self.path)
 
     def _init_creation_order(self, target, model_only: bool):
         logger.warning(

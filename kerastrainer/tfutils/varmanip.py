@@ -229,9 +229,11 @@ def load_chkpt_vars(path: str) -> Dict[str, np.ndarray]:
     :class:`CheckpointLoadError` naming the file. (tensorpack's name.)
     """
     index = path + ".index"
-    if not os.path.isfile(index):
-        raise CheckpointLoadError(f"Checkpoint '{path}' does not exist ({index} is missing).")
-    if os.path.getsize(index) == 0:
+    try:
+        size = os.path.getsize(index)
+    except FileNotFoundError:
+        raise CheckpointLoadError(f"Checkpoint '{path}' does not exist ({index} is missing).") from None
+    if size == 0:
         raise CheckpointLoadError(f"Checkpoint index file {index} is empty (a write was cut short). "
                                   "Load an earlier checkpoint of the directory.")
     try:
