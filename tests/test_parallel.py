@@ -346,7 +346,11 @@ def test_workers_die_with_their_parent(how):
         time.sleep(0.3)  # still running after the forking thread ended
         assert all(_alive(p) for p in pids)
         parent.send_signal(sig)
-        parent.wait(10)
+        try:
+            parent.wait(10)
+        except subprocess.TimeoutExpired:   # say why: its traceback (a lost KeyboardInterrupt, ...)
+            parent.kill()
+            raise AssertionError(f"the parent did not exit within 10 s of {how}:\n{parent.stderr.read()[-3000:]}")
         deadline = time.monotonic() + 10
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
