@@ -41,6 +41,20 @@ def test_npz_shape_mismatch_is_an_error(tmp_path):
         OfflinePredictor(PredictConfig(model=MLP(), session_init=path, output_names=["prob"]))
 
 
+def test_npz_values_a_cast_would_change_are_an_error(tmp_path):
+    path = str(tmp_path / "w.npz")
+    w = np.zeros((8, 16))
+    w[2, 3] = 1e300                  # float64 -> the float32 variable: inf
+    np.savez(path, **{"fc1/W": w})
+    with pytest.raises(CheckpointLoadError, match=r"variable 'fc1/W': the value 1e\+300 at index \(2, 3\).*would "
+                                                  r"make it inf"):
+        OfflinePredictor(PredictConfig(model=MLP(), session_init=path, output_names=["prob"]))
+    w[2, 3] = 0.5                    # rounding to float32 is fine
+    np.savez(path, **{"fc1/W": w})
+    pred = OfflinePredictor(PredictConfig(model=MLP(), session_init=path, output_names=["prob"]))
+    assert pred._target.named_variables()["fc1/W"].numpy()[2, 3] == 0.5
+
+
 def test_missing_files_are_clear_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.npz"):
         SmartInit(str(tmp_path / "nope.npz"))

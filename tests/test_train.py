@@ -481,6 +481,23 @@ def test_predictor_errors_name_the_tensor():
         t.get_predictor(["image"], ["prob"])
 
 
+def test_predictor_inputs_are_cast_only_where_no_value_changes():
+    """OfflinePredictor, InferenceRunner and get_predictor cast their feeds: 1.7 became the int 1
+    and 2**32 + 3 the int32 3, silently."""
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=MLP(), dataflow=LinearData(), max_epoch=0), t)
+    pred = t.get_predictor(["x", "y"], ["wrong"])
+    x = np.zeros((2, 8))                                      # float64 -> float32: fine
+    expected = pred(x, np.array([1, 2], "int32"))[0]
+    np.testing.assert_array_equal(pred(x, np.array([1.0, 2.0]))[0], expected)   # whole floats: fine
+    np.testing.assert_array_equal(pred(x, np.array([1, 2], "int64"))[0], expected)
+    with pytest.raises(ValueError, match=r"predictor input 'y': the value 1.7 at index \(0,\) is not a whole number"):
+        pred(x, np.array([1.7, 2.0]))
+    with pytest.raises(ValueError, match=r"predictor input 'y': the value 4294967299 .*does not fit int32.*would "
+                                         r"make it 3"):
+        pred(x, np.array([2 ** 32 + 3, 1]))
+
+
 def test_auto_resume_continues_step_epoch_and_optimizer(logdir):
     logger.set_logger_dir(logdir, "d")
     t1 = SimpleTrainer()

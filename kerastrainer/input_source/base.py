@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..callbacks.base import Callback
+from ..utils.casting import check_cast_keeps_values as _check_cast_keeps_values
 
 __all__ = ["InputSource", "InputSourceError", "check_datapoint", "as_component_list",
            "spec_to_str"]
@@ -95,48 +96,11 @@ def check_datapoint(dp, specs: Sequence[tf.TensorSpec], where: str) -> List[np.n
                 f"{spec_to_str(spec)}. Fix the DataFlow (e.g. BatchData, a cast in MapData) or inputs()."
                 + _channel_hint(arr.shape, shape, i))
         if arr.dtype != want:
-            _check_cast_keeps_values(arr, np.dtype(want), f"{where}: input '{spec.name}' (component {i})")
+            _check_cast_keeps_values(arr, np.dtype(want), f"{where}: input '{spec.name}' (component {i})",
+                                     InputSourceError)
             arr = arr.astype(want)
         out.append(arr)
     return out
-
-
-def _cast_limit(src: np.dtype, dst: np.dtype):
-    """(low, high) outside which a value of ``src`` changes when cast to ``dst``; None when
-    every value survives (or only rounds: float to a narrower float, within range)."""
-    if dst.kind in "iu" and src.kind in "iub":
-        info, have = np.iinfo(dst), (np.iinfo(src) if src.kind != "b" else None)
-        if have is not None and have.min >= info.min and have.max <= info.max:
-            return None
-        return info.min, info.max
-    if dst.kind == "f" and src.kind in "iu":
-        exact = 2 ** (np.finfo(dst).nmant + 1)   # every integer up to this is exact in dst
-        if src.kind == "u" and np.iinfo(src).max <= exact or src.kind == "i" and np.iinfo(src).max <= exact:
-            return None
-        return -exact, exact
-    if dst.kind == "f" and src.kind == "f" and np.finfo(src).max > np.finfo(dst).max:
-        return -np.finfo(dst).max, np.finfo(dst).max
-    return None
-
-
-def _check_cast_keeps_values(arr: np.ndarray, want: np.dtype, what: str) -> None:
-    """Raise InputSourceError naming the first value of ``arr`` that the cast to ``want`` would change."""
-    limit = _cast_limit(arr.dtype, want)
-    if limit is None or arr.size == 0:
-        return
-    low, high = limit
-    lo, hi = arr.min(), arr.max()
-    if not (lo < low or hi > high):   # (NaN compares False: NaN stays NaN)
-        return
-    bad = np.flatnonzero((arr < low) | (arr > high))[0]
-    at = np.unravel_index(bad, arr.shape)
-    value = arr.flat[bad]
-    with np.errstate(over="ignore", invalid="ignore"):
-        changed = np.asarray(value).astype(want).item()
-    raise InputSourceError(
-        f"{what}: the value {value.item()!r} at index {tuple(int(j) for j in at)} does not fit {want.name} "
-        f"(range {low} .. {high}): the cast from {arr.dtype.name} would make it {changed!r}. "
-        f"Declare the input as {arr.dtype.name} in inputs(), or fix the data.")
 
 
 class InputSource:

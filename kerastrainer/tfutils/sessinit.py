@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..utils import logger
+from ..utils.casting import cast_exactly
 from .checkpoint_files import latest_checkpoint, list_checkpoints
 from .varmanip import (HYPERPARAMS_FROM, CheckpointLoadError, assign_by_name, counter_of, is_named_format, load_chkpt_vars,
                        nonfinite_names)
@@ -198,7 +199,8 @@ class DictRestore(SessionInit):
                 raise CheckpointLoadError(
                     f"{self._source}: variable '{name}' has shape {tuple(var.shape)} in the model but "
                     f"{tuple(val.shape)} in the file.")
-            var.assign(val.astype(np.dtype(getattr(var.dtype, "as_numpy_dtype", var.dtype))))
+            var.assign(cast_exactly(val, np.dtype(getattr(var.dtype, "as_numpy_dtype", var.dtype)),
+                                    f"{self._source}: variable '{name}'", CheckpointLoadError))
         logger.info("Restored %d variables from %s", len(set(self._dict) & set(named)), self._source)
 
 

@@ -16,14 +16,13 @@ Example::
 from __future__ import annotations
 
 import re
-
 from typing import Callable, Dict, List, Optional, Sequence
 
-import numpy as np
 import tensorflow as tf
 
 from ..compat.keras_phase import keras_training_phase
 from ..compat.variables import tf1_variables_in_store
+from ..utils.casting import cast_exactly
 from .layer_store import LayerStore, log_layer_shapes
 from .tower import TowerContext
 
@@ -304,7 +303,9 @@ class TowerFunction:
             if len(arrays) != len(input_names):
                 raise ValueError(f"The predictor takes {len(input_names)} inputs {list(input_names)}; "
                                  f"got {len(arrays)}.")
-            tensors = [tf.convert_to_tensor(np.asarray(a), dtype=d) for a, d in zip(arrays, feed_dtypes)]
+            # the predictor's feeds are cast like training's datapoints: never changing a value
+            tensors = [tf.convert_to_tensor(cast_exactly(a, d.as_numpy_dtype, f"predictor input '{n}'"))
+                       for a, d, n in zip(arrays, feed_dtypes, input_names)]
             outs = pruned(*tensors)
             return [o.numpy() for o in outs]
 

@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..utils import logger
+from ..utils.casting import cast_exactly
 
 __all__ = ["CheckpointLoadError", "CheckpointWriteError", "NonFiniteWeightsError", "FORMAT_KEY", "FORMAT_NAMED",
            "checkpoint_variables", "write_checkpoint", "load_chkpt_vars", "is_named_format",
@@ -406,8 +407,9 @@ def assign_by_name(target, arrays: Dict[str, np.ndarray], source: str, model_onl
         var = wanted[name]
         val = np.asarray(arrays[name])
         dtype = tf.as_dtype(var.dtype)
-        if val.dtype != dtype.as_numpy_dtype:
-            val = val.astype(dtype.as_numpy_dtype)
+        if val.dtype != dtype.as_numpy_dtype:   # (never changing a value: an int64 into int32 that wraps)
+            val = cast_exactly(val, dtype.as_numpy_dtype, f"Checkpoint '{source}': variable '{name}'",
+                               CheckpointLoadError)
         var.assign(val)
     return len(matched)
 
