@@ -161,3 +161,27 @@ def test_named_cpu_towers_on_a_machine_with_one_gpu(monkeypatch):
     t = _train(SyncMultiGPUTrainerReplicated(cpus(2)), LinearData(num_batches=4), max_epoch=1)
     assert t.devices == cpus(2) and t.num_replicas == 2 and t.global_step == 2
     assert type(t._cross_device_ops()).__name__ == "ReductionToOneDevice"
+
+
+def test_a_summary_every_tower_records_is_their_mean():
+    """add_tensor_summary(..., main_tower_only=False) on 2 towers reported twice the value."""
+    from kerastrainer.tfutils.summary import add_tensor_summary
+    seen = []
+
+    class Everywhere(MLP):
+        def build_graph(self, x, y):
+            add_tensor_summary(tf.reduce_mean(x) * 0.0 + 1.5, ["scalar"], name="const", main_tower_only=False)
+            add_tensor_summary(tf.reduce_mean(x) * 0.0 + 2.5, ["scalar"], name="main_only")
+            return super().build_graph(x, y)
+
+    class Record(Callback):
+        def _trigger_step(self):
+            seen.append(dict(self.trainer.last_step_outputs))
+
+    for towers in (1, 2):
+        seen.clear()
+        launch_train_with_config(TrainConfig(model=Everywhere(), dataflow=LinearData(num_batches=8),
+                                             extra_callbacks=[], monitors=[], callbacks=[Record()], max_epoch=1),
+                                 SyncMultiGPUTrainerReplicated(cpus(towers), steps_per_call=2))
+        assert seen[-1]["const/scalar"] == pytest.approx(1.5), (towers, seen[-1])
+        assert seen[-1]["main_only/scalar"] == pytest.approx(2.5), (towers, seen[-1])

@@ -498,6 +498,32 @@ def test_predictor_inputs_are_cast_only_where_no_value_changes():
         pred(x, np.array([2 ** 32 + 3, 1]))
 
 
+def test_an_inferencer_gets_the_output_of_the_op_it_names():
+    """'topk:1' (the indices) was cut to 'topk' and fetched the values."""
+    from kerastrainer.callbacks import InferenceRunner, Inferencer
+
+    class TopK(MLP):
+        def build_graph(self, x, y):
+            cost = super().build_graph(x, y)
+            tf.math.top_k(tf.nn.softmax(x), k=2, name="topk")
+            return cost
+
+    got = {}
+
+    class Keep(Inferencer):
+        def _get_fetches(self):
+            return ["topk:1", "topk:0", "prob:0"]
+
+        def _on_fetches(self, results):
+            got.update(zip(["indices", "values", "prob"], results))
+
+    launch_train_with_config(quiet_config(model=TopK(), dataflow=LinearData(), max_epoch=1,
+                                          callbacks=[InferenceRunner(LinearData(num_batches=2), [Keep()])]),
+                             SimpleTrainer())
+    assert got["indices"].dtype == np.int32 and got["indices"].shape == (32, 2)
+    assert got["values"].dtype == np.float32 and got["prob"].shape == (32, 3)
+
+
 def test_auto_resume_continues_step_epoch_and_optimizer(logdir):
     logger.set_logger_dir(logdir, "d")
     t1 = SimpleTrainer()

@@ -56,7 +56,8 @@ class Inferencer:
         fetches = self._get_fetches()
         if isinstance(fetches, str):
             fetches = [fetches]
-        fetches = [f.split(":")[0] if isinstance(f, str) else f for f in fetches]
+        # 'prob:0' is 'prob'; 'topk:1' (an op's second output) stays itself (it was cut to 'topk')
+        fetches = [f[:-2] if isinstance(f, str) and f.endswith(":0") else f for f in fetches]
         for f in fetches:
             if not isinstance(f, str) or not f:
                 raise TypeError(f"{self}: _get_fetches() must return tensor names (strings), got {f!r}.")

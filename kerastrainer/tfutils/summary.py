@@ -28,6 +28,7 @@ import re
 
 import tensorflow as tf
 
+from ..utils import logger
 from .tower import current_scope_name, get_current_tower_context
 
 __all__ = ["add_moving_summary", "add_tensor_summary", "add_param_summary", "summary_name"]
@@ -57,6 +58,17 @@ def _recording_ctx():
     return ctx
 
 
+_KNOBS_WARNED = set()
+
+
+def _warn_unused_knobs(fn: str, knobs: dict, why: str) -> None:
+    """tensorpack's knobs of the summary functions that have no effect here: said once each."""
+    for k in sorted(knobs):
+        if (fn, k) not in _KNOBS_WARNED:
+            _KNOBS_WARNED.add((fn, k))
+            logger.warning("%s(%s=...) has no effect in kerastrainer: %s", fn, k, why)
+
+
 def add_moving_summary(*tensors, names=None, **kwargs):
     """Record scalar tensors as training statistics. Returns the tensors unchanged.
 
@@ -64,7 +76,13 @@ def add_moving_summary(*tensors, names=None, **kwargs):
         tensors: scalar tensors; named by ``names`` or by their op name
             (``tf.identity(x, name='accuracy')``).
         names: optional list of names, one per tensor.
+        kwargs: tensorpack's ``decay``, ``collection``, ``summary_collections``: accepted, without
+            effect, with a warning (the average is ``MovingAverageSummary(decay=...)``'s).
     """
+    if kwargs:
+        _warn_unused_knobs("add_moving_summary", kwargs, "the moving average of every statistic is "
+                           "MovingAverageSummary's (a default callback: MovingAverageSummary(decay=...) sets it), "
+                           "and there are no graph collections.")
     ctx = _recording_ctx()
     if names is not None and len(names) != len(tensors):
         raise ValueError("add_moving_summary: names must have one entry per tensor")
@@ -81,7 +99,13 @@ def add_moving_summary(*tensors, names=None, **kwargs):
 
 def add_tensor_summary(x, types=("histogram",), name=None, collections=None, main_tower_only=True):
     """Summaries of a tensor: 'histogram' goes to TensorBoard; 'rms', 'mean', 'max', 'min',
-    'sparsity' and 'scalar' become moving scalars named ``<name>/<type>``."""
+    'sparsity' and 'scalar' become moving scalars named ``<name>/<type>``.
+
+    ``main_tower_only=False``: every tower records it, and the scalars are the mean over the
+    towers (the histogram stays the main tower's)."""
+    if collections is not None:
+        _warn_unused_knobs("add_tensor_summary", {"collections": collections},
+                           "there are no graph collections; the summaries reach the monitors directly.")
     ctx = get_current_tower_context()
     if ctx is None or (main_tower_only and not ctx.is_main_training_tower):
         return
@@ -99,7 +123,12 @@ def add_tensor_summary(x, types=("histogram",), name=None, collections=None, mai
         if typ == "histogram":
             ctx.tensor_summaries[name] = tf.reshape(xf, [-1])
         elif typ in scalar_fns:
-            ctx.moving_summaries[f"{name}/{typ}"] = scalar_fns[typ]()
+            value = scalar_fns[typ]()
+            if not main_tower_only and ctx.total > 1:
+                # the trainer sums each statistic over the replicas (only the main tower records the
+                # others): every tower records this one, so each gives its share of the mean
+                value = value / float(ctx.total)
+            ctx.moving_summaries[f"{name}/{typ}"] = value
         else:
             raise ValueError(f"Unknown summary type {typ!r}; use histogram, {', '.join(scalar_fns)}")
 
