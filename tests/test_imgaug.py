@@ -585,3 +585,63 @@ def test_map_image_takes_tensorpack_coord_func(img):
     m = imgaug.MapImage(lambda im: im, coord_func=lambda c: c + 1)
     _, tfm = m.augment_return_params(img)
     np.testing.assert_array_equal(tfm.apply_coords(np.zeros((1, 2), np.float32)), [[1.0, 1.0]])
+
+
+@pytest.fixture
+def warnings_logged(monkeypatch):
+    from kerastrainer.utils import logger
+    logged = []
+    monkeypatch.setattr(logger, "warning", lambda msg, *args: logged.append(msg % args))
+    return logged
+
+
+@pytest.mark.parametrize("dtype,value", [(np.uint16, 40000), (np.int16, -5), (np.int16, 30000),
+                                         (np.int32, -70000)])
+@pytest.mark.parametrize("clip", [True, False])
+def test_photometric_keeps_other_integer_dtypes_exact(dtype, value, clip, warnings_logged):
+    # an identity gives the image back exactly: no [0, 255] clip, no wrap
+    a = np.full((4, 5, 3), value, dtype)
+    out = imgaug.BrightnessScale((1, 1), clip=clip).augment(a)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(out, a)
+    assert warnings_logged == []
+
+
+@pytest.mark.parametrize("clip", [True, False])
+def test_photometric_saturates_other_integer_dtypes(clip, warnings_logged):
+    # results past the dtype's range are clipped to it, never wrapped
+    hi = np.full((4, 5, 3), 30000, np.int16)
+    out = imgaug.Brightness(1e6, clip=clip).augment(hi)
+    assert out.dtype == np.int16 and ((out == 32767).all() or (out == -32768).all())
+    spread = np.dstack([np.full((4, 5), v, np.int16) for v in (-30000, 0, 30000)])
+    out = imgaug.Contrast((50, 50), rgb=True, clip=clip).augment(spread)
+    assert out.dtype == np.int16 and out[..., 0].min() == -32768 and out[..., 2].max() == 32767
+    u = imgaug.BrightnessScale((3, 3), clip=clip).augment(np.full((4, 5, 3), 40000, np.uint16))
+    assert u.dtype == np.uint16 and (u == 65535).all()
+    if clip:  # asked for: clipped to the dtype's range, silently
+        assert warnings_logged == []
+    else:     # clip=False, but int16 cannot hold the results: said once per augmentor
+        assert len(warnings_logged) == 3
+        assert "Brightness" in warnings_logged[0] and "int16" in warnings_logged[0]
+        assert "Contrast" in warnings_logged[1] and "clipped to [-32768, 32767]" in warnings_logged[1]
+        assert "BrightnessScale" in warnings_logged[2] and "uint16" in warnings_logged[2]
+
+
+@pytest.mark.parametrize("aug", [imgaug.Gamma((0, 0)), imgaug.JpegNoise((95, 96))], ids=lambda a: type(a).__name__)
+def test_uint8_only_augmentors_on_float_images(aug, warnings_logged):
+    # [0, 255] float images work as in tensorpack, without a warning
+    img = _photo_like().astype(np.float32)
+    out = aug.augment(img)
+    assert out.dtype == np.float32 and np.abs(out - img).max() <= (0 if isinstance(aug, imgaug.Gamma) else 40)
+    assert warnings_logged == []
+    # a [0, 1] image is quantised to 0s and 1s: warned, once per augmentor instance
+    unit = img / 255
+    for _ in range(3):
+        out = aug.augment(unit)
+    assert out.dtype == np.float32 and (out == np.rint(out)).all() and out.max() <= 8  # 0s and 1s (+ JPEG)
+    assert len(warnings_logged) == 1
+    assert type(aug).__name__ in warnings_logged[0] and "float32" in warnings_logged[0]
+    assert "[0, 1]" in warnings_logged[0] and "scale it to [0, 255]" in warnings_logged[0]
+    # values outside [0, 255] are clipped: said too
+    aug.augment(np.full((8, 8, 3), 300, np.uint16))
+    assert len(warnings_logged) == 2 and "uint16" in warnings_logged[1] and "clipped" in warnings_logged[1]

@@ -194,9 +194,13 @@ class BatchData(ProxyDataFlow):
     Each component becomes a numpy array with a new leading batch axis. Numpy
     arrays and numpy scalars keep their dtype; Python ``int`` becomes int32 (int64
     when a value does not fit), ``float`` float32 and ``bool`` bool, as in
-    tensorpack; strings give a numpy string array. A component that is itself a
-    list, tuple or dict is batched leaf by leaf (``[img, {'a': x}]`` gives
-    ``[imgs, {'a': xs}]``). Works on list and dict datapoints.
+    tensorpack; strings give a numpy string array. Python floats are always rounded
+    to float32 (tensorpack's rule, kept here), so a value float32 cannot hold
+    exactly changes (``16777217.0`` becomes ``16777216.0``; ``1e39`` becomes
+    ``inf``, with numpy's overflow warning); yield ``np.float64`` scalars or
+    arrays to keep float64. A component that is itself a list, tuple or dict is
+    batched leaf by leaf (``[img, {'a': x}]`` gives ``[imgs, {'a': xs}]``).
+    Works on list and dict datapoints.
 
     Args:
         ds: the DataFlow to batch.

@@ -19,6 +19,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from ...utils import logger
 from ...utils.rng import get_rng
 from .transform import FunctionTransform, PhotometricTransform, Transform
 
@@ -88,6 +89,31 @@ class ImageAugmentor:
         """Reseed ``self.rng``; call once per process before use."""
         self.rng = get_rng(self)
 
+    def _warn_once(self, key: str, msg: str, *args: Any) -> None:
+        """Log ``msg % args`` as a warning, once per augmentor instance and ``key``."""
+        warned = self.__dict__.setdefault("_warned_keys", set())
+        if key not in warned:
+            warned.add(key)
+            logger.warning(msg, *args)
+
+    def _quantise_to_uint8(self, img: np.ndarray) -> np.ndarray:
+        """``img`` as uint8 levels (rounded, clipped to [0, 255]) for augmentors that work on
+        uint8 only (``Gamma``, ``JpegNoise``), as tensorpack does; warns (once) when that
+        destroys the image: a float image in [0, 1], or values outside [0, 255]."""
+        if img.dtype == np.uint8:
+            return img
+        who = type(self).__name__
+        if img.size:
+            lo, hi = img.min(), img.max()
+            if img.dtype.kind == "f" and 0 < hi <= 1.0 and lo >= 0:
+                self._warn_once("unit_float", "%s: an image of dtype %s with values in [0, 1] is quantised "
+                                "to uint8 levels in [0, 255], which leaves only 0 and 1; scale it to "
+                                "[0, 255] first.", who, img.dtype)
+            elif lo < 0 or hi > 255:
+                self._warn_once("out_of_range", "%s: an image of dtype %s has values outside [0, 255]; "
+                                "they are clipped to [0, 255] (it works on uint8 levels).", who, img.dtype)
+        return np.rint(np.clip(img, 0, 255)).astype(np.uint8)
+
     def _init(self, params: Optional[dict] = None) -> None:
         """tensorpack's idiom ``self._init(locals())``: store the constructor's arguments
         as attributes (all but ``self`` and names starting with ``_``)."""
@@ -150,11 +176,39 @@ def _to_float(img: np.ndarray) -> np.ndarray:
     return img.astype(np.float32) if img.dtype != np.float32 else img.copy()
 
 
-def restore_dtype(out: np.ndarray, old_dtype: np.dtype, clip: bool) -> np.ndarray:
-    """Bring a float32 result back to the input's dtype: uint8 is rounded and clipped to [0, 255]."""
+def _float_bounds(dtype: np.dtype) -> Tuple[float, float]:
+    """The widest float64 interval whose values all cast into integer ``dtype`` without wrapping."""
+    info = np.iinfo(dtype)
+    lo, hi = np.float64(info.min), np.float64(info.max)
+    if int(hi) > info.max:  # 2**63 - 1 and 2**64 - 1 round up in float64
+        hi = np.nextafter(hi, -np.inf)
+    return float(lo), float(hi)
+
+
+def restore_dtype(out: np.ndarray, old_dtype: np.dtype, clip: bool, who: Optional["ImageAugmentor"] = None
+                  ) -> np.ndarray:
+    """Bring a float32 result back to the input's dtype.
+
+    uint8 is rounded and clipped to [0, 255]; float is clipped to [0, 255] when ``clip``
+    (tensorpack's rules). Other integer dtypes are rounded and clipped to their own
+    dtype's range (never wrapped, whatever ``clip``); when ``clip`` is false and that
+    changes a value, ``who`` (the augmentor) warns once.
+    """
+    old_dtype = np.dtype(old_dtype)
     if old_dtype == np.uint8:
         np.clip(out, 0, 255, out=out)
         return np.rint(out, out=out).astype(np.uint8)
+    if old_dtype.kind in "iu":
+        lo, hi = _float_bounds(old_dtype)
+        if old_dtype.itemsize >= 4 or out.dtype.kind != "f":
+            out = out.astype(np.float64)  # float32 cannot hold the bounds of int32 and wider
+        np.rint(out, out=out)
+        if not clip and who is not None and out.size and (out.min() < lo or out.max() > hi):
+            who._warn_once("saturate", "%s: results outside the range of %s are clipped to [%d, %d] "
+                           "(clip=False, but %s cannot hold them).", type(who).__name__, old_dtype,
+                           int(lo), int(hi), old_dtype)
+        np.clip(out, lo, hi, out=out)
+        return out.astype(old_dtype)
     if clip:
         np.clip(out, 0, 255, out=out)
     return out.astype(old_dtype, copy=False)
@@ -166,7 +220,9 @@ class PhotometricAugmentor(ImageAugmentor):
     Subclasses implement ``_get_params(img)`` (draw the random parameters) and
     ``_impl(img, params)`` (apply them to a float32 copy of the image, scaled to
     [0, 255]). The result comes back in the input's dtype; uint8 is clipped to
-    [0, 255], and float results are clipped too when ``self.clip`` is true.
+    [0, 255], and float results are clipped too when ``self.clip`` is true. Other
+    integer dtypes (uint16, int16, ...) are clipped to their own dtype's range,
+    never wrapped; with ``clip=False`` a warning says when that changes a value.
     Masks and coordinates are left alone.
 
     Example::
@@ -188,8 +244,12 @@ class PhotometricAugmentor(ImageAugmentor):
 
     def _apply(self, img: np.ndarray, params: Any) -> np.ndarray:
         old_dtype = img.dtype
+        if old_dtype.kind in "iu" and old_dtype.itemsize >= 4 and img.size \
+                and max(abs(int(img.min())), abs(int(img.max()))) > 2 ** 24:
+            self._warn_once("float32", "%s: an image of dtype %s with values beyond 2**24 is computed in float32, "
+                            "which rounds them.", type(self).__name__, old_dtype)
         out = self._impl(_to_float(img), params)
-        return restore_dtype(out, old_dtype, self.clip)
+        return restore_dtype(out, old_dtype, self.clip, self)
 
     def get_transform(self, img):
         if type(self)._impl is PhotometricAugmentor._impl and hasattr(self, "_augment"):

@@ -169,7 +169,9 @@ class Hue(PhotometricAugmentor):
 class Gamma(PhotometricAugmentor):
     """Gamma correction ``x -> 255 (x / 255) ** (1 / (1 + g))`` with ``g`` drawn from
     ``range``, through a lookup table on the image rounded to uint8 (tensorpack's
-    behaviour); the result has the input's dtype.
+    behaviour); the result has the input's dtype. Images must be on the [0, 255]
+    scale: a float image in [0, 1] would become 0s and 1s, so that warns (once), as
+    do values outside [0, 255], which are clipped.
 
     Example::
 
@@ -188,7 +190,7 @@ class Gamma(PhotometricAugmentor):
 
     def _apply(self, img, gamma):
         lut = ((np.arange(256, dtype=np.float32) / 255) ** (1.0 / (1.0 + gamma)) * 255).astype(np.uint8)
-        src = img if img.dtype == np.uint8 else np.clip(img, 0, 255).astype(np.uint8)
+        src = self._quantise_to_uint8(img)
         out = cv2.LUT(src, lut)
         if img.ndim == 3 and out.ndim == 2:
             out = out[:, :, np.newaxis]

@@ -14,6 +14,9 @@ __all__ = ["JpegNoise", "GaussianNoise", "SaltPepperNoise"]
 class JpegNoise(PhotometricAugmentor):
     """Re-encode the image as JPEG at a random quality drawn from ``quality_range``
     (``[low, high)``) and decode it again. The result has the input's dtype and shape.
+    JPEG holds uint8 levels: other images are rounded and clipped to [0, 255] first
+    (a float image in [0, 1] would become 0s and 1s, so that warns once, as do
+    values outside [0, 255]).
 
     Example::
 
@@ -31,7 +34,7 @@ class JpegNoise(PhotometricAugmentor):
         return int(self.rng.randint(*self.quality_range))
 
     def _apply(self, img, quality):
-        src = img if img.dtype == np.uint8 else np.clip(img, 0, 255).astype(np.uint8)
+        src = self._quantise_to_uint8(img)
         ok, enc = cv2.imencode(".jpg", src, [cv2.IMWRITE_JPEG_QUALITY, quality])
         if not ok:
             raise ValueError(f"JpegNoise: OpenCV could not encode an image of shape {img.shape} as JPEG.")
