@@ -524,6 +524,26 @@ def test_an_inferencer_gets_the_output_of_the_op_it_names():
     assert got["values"].dtype == np.float32 and got["prob"].shape == (32, 3)
 
 
+def test_config_numbers_are_whole_and_resume_says_what_it_overrides(logdir, kt_log):
+    for bad in ({"steps_per_epoch": 2.5}, {"max_epoch": "3"}, {"starting_epoch": 1.5}):
+        with pytest.raises(ValueError, match="must be a whole number"):   # 2.5 steps were cut to 2
+            TrainConfig(model=MLP(), dataflow=LinearData(), **bad)
+    assert TrainConfig(model=MLP(), dataflow=LinearData(), steps_per_epoch=4.0, max_epoch=np.int64(2)).max_epoch == 2
+
+    logger.set_logger_dir(logdir, "d")
+    try:
+        launch_train_with_config(TrainConfig(model=MLP(), dataflow=LinearData(), callbacks=[ModelSaver()],
+                                             extra_callbacks=[], monitors=[], max_epoch=1), SimpleTrainer())
+        kt_log.clear()
+        AutoResumeTrainConfig(model=MLP(), dataflow=LinearData(), session_init={"fc1/W": np.zeros((8, 16))},
+                              starting_epoch=3, max_epoch=5, always_resume=False)
+    finally:
+        logger.unset_logger_dir()
+    warned = kt_log.warnings()
+    assert "always_resume=False): kerastrainer never asks" in warned
+    assert "session_init and starting_epoch given, but a checkpoint to resume was found" in warned, warned
+
+
 def test_auto_resume_continues_step_epoch_and_optimizer(logdir):
     logger.set_logger_dir(logdir, "d")
     t1 = SimpleTrainer()

@@ -1,6 +1,7 @@
 """TrainConfig and AutoResumeTrainConfig: everything a training run needs, in one object."""
 from __future__ import annotations
 
+import numbers
 import os
 from typing import List, Optional, Sequence
 
@@ -77,13 +78,21 @@ class TrainConfig:
         self.extra_callbacks = list(extra_callbacks)
         self.monitors = list(monitors) if monitors is not None else DEFAULT_MONITORS()
         self.session_init = SmartInit(session_init)
-        self.starting_epoch = int(starting_epoch)
-        self.steps_per_epoch = steps_per_epoch
-        self.max_epoch = int(max_epoch)
+        self._given_session_init = session_init is not None
+        self.starting_epoch = _whole("starting_epoch", starting_epoch)
+        self.steps_per_epoch = None if steps_per_epoch is None else _whole("steps_per_epoch", steps_per_epoch)
+        self.max_epoch = _whole("max_epoch", max_epoch)
         if self.starting_epoch < 1:
             raise ValueError(f"starting_epoch counts from 1; got {starting_epoch}")
-        if steps_per_epoch is not None and int(steps_per_epoch) < 1:
+        if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be positive; got {steps_per_epoch}")
+
+
+def _whole(name: str, value) -> int:
+    """``value`` as an int; a float that is not a whole number (2.5 steps) is an error, not truncated."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value:
+        raise ValueError(f"{name} must be a whole number; got {value!r}.")
+    return int(value)
 
 
 class AutoResumeTrainConfig(TrainConfig):
@@ -113,7 +122,9 @@ class AutoResumeTrainConfig(TrainConfig):
     """
 
     def __init__(self, always_resume: bool = True, hyperparams: str = "checkpoint", **kwargs):
-        del always_resume  # never prompts; kept for tensorpack's signature
+        if not always_resume:   # tensorpack asked on a terminal whether to resume
+            logger.warning("AutoResumeTrainConfig(always_resume=False): kerastrainer never asks; it resumes from "
+                           "the latest checkpoint when there is one. Use TrainConfig to start afresh.")
         super().__init__(**kwargs)
         logdir = logger.get_logger_dir()
         if logdir is None:
@@ -125,6 +136,13 @@ class AutoResumeTrainConfig(TrainConfig):
             logger.info("AutoResumeTrainConfig: no checkpoint in %s; training starts afresh.", logdir)
             return
         epoch, step = init.epoch, init.global_step
+        overridden = [k for k, given in (("session_init", self._given_session_init),
+                                         ("starting_epoch", kwargs.get("starting_epoch", 1) != 1 and epoch is not None))
+                      if given]
+        if overridden:
+            logger.warning("AutoResumeTrainConfig: %s given, but a checkpoint to resume was found (%s): the "
+                           "checkpoint wins; %s apply only when there is nothing to resume. Use TrainConfig to "
+                           "load them on purpose.", " and ".join(overridden), init.path, " and ".join(overridden))
         self.session_init = init
         if epoch is not None:
             self.starting_epoch = epoch + 1
