@@ -90,6 +90,9 @@ class GraphVarParam(HyperParam):
         if var is None or not hasattr(var, "assign"):
             raise ValueError(f"GraphVarParam('{self.name}'): trainer.get_hyperparam_var returned {var!r}, "
                              "not a variable with .assign().")
+        if self.shape and tuple(var.shape) != self.shape:   # (tensorpack's argument, now checked)
+            raise ValueError(f"GraphVarParam('{self.name}', shape={self.shape}): the variable has shape "
+                             f"{tuple(var.shape)}.")
         self.var = var
 
     def _check_setup(self):

@@ -149,6 +149,10 @@ class StagingInput(InputSource):
         devices = self._replica_staging_devices(strategy)
         active = [d for d in devices if self._active_on(d)]
         if not active:
+            why = (f"{self.device} is not on this machine" if self.device and device_type(self.device) == "GPU"
+                   else "the towers run on " + ", ".join(sorted(set(devices))))
+            logger.info("StagingInput: %s, so batches come straight from %s (staging is for GPUs; "
+                        "force=True stages anyway).", why, type(self.input).__name__)
             return
         if self.mode == "step":
             def prime_replica():
