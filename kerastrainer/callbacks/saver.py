@@ -390,7 +390,13 @@ class MinSaver(Callback):
         if os.path.isfile(path):
             try:
                 with open(path, encoding="utf-8") as f:
-                    self.best = float(json.load(f)["value"])
+                    record = json.load(f)
+                if record.get("stat", self.monitor_stat) != self.monitor_stat:
+                    logger.warn("%s: %s holds the best of '%s', not of '%s'; starting afresh (give each "
+                                "MinSaver/MaxSaver its own filename).", type(self).__name__, path,
+                                record.get("stat"), self.monitor_stat)
+                    return
+                self.best = float(record["value"])
                 logger.info("%s: best %s so far is %.5g (from %s).", type(self).__name__,
                             self.monitor_stat, self.best, path)
             except (ValueError, KeyError, TypeError, OSError) as e:
