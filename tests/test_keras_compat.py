@@ -278,3 +278,34 @@ def test_fit_generator_takes_a_python_generator():
     hist = pmodel.fit_generator(gen(), steps_per_epoch=3, epochs=2)
     np.testing.assert_allclose(hist.history["loss"], ref.history["loss"], rtol=1e-5)
     assert pmodel._km.trainer.global_step == 6
+
+
+def test_keras2_arguments_without_a_meaning_are_named_in_a_warning():
+    x, y = _data(64)
+    with _Warnings() as warned:
+        pmodel = make_parallel(_model(), cpus(2), ps_device="/gpu:1")
+    assert any("ps_device='/gpu:1'" in m and "on '/cpu:0', not on '/gpu:1'" in m for m in warned)
+    with _Warnings() as warned:
+        make_parallel(_model(), cpus(2), ps_device="/cpu:0")
+    assert warned == []
+    pmodel.compile(keras.optimizers.SGD(0.1), _xent())
+
+    def batches():
+        while True:
+            for i in (0, 32):
+                yield x[i:i + 32], y[i:i + 32]
+
+    with _Warnings() as warned:
+        pmodel.fit_generator(batches(), steps_per_epoch=2, epochs=1, workers=4, use_multiprocessing=True, verbose=0)
+        pmodel.evaluate(x, y, callbacks=[keras.callbacks.History()])
+        pmodel.evaluate_generator(iter([(x, y)]), steps=1, max_queue_size=20)
+        pmodel.predict(x, callbacks=[keras.callbacks.History()])
+    assert any("fit_generator ignores ['use_multiprocessing', 'workers']" in m and "input pipeline" in m
+               for m in warned)
+    assert any("fit_generator ignores ['verbose']" in m for m in warned)
+    assert any("evaluate ignores ['callbacks']" in m for m in warned)
+    assert any("evaluate_generator ignores ['max_queue_size']" in m for m in warned)
+    assert any("predict ignores ['callbacks']" in m for m in warned)
+    with _Warnings() as warned:   # Keras' defaults change nothing: no warning
+        pmodel.fit_generator(batches(), steps_per_epoch=2, epochs=1, workers=1, verbose=1)
+    assert not any("ignores" in m for m in warned)

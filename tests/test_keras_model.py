@@ -1,4 +1,5 @@
 """KerasModel: a whole keras.Model trained by kerastrainer, checked against keras.Model.fit."""
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from _devices import cpus
 from kerastrainer import (ModelDesc, ModelSaver, SimpleTrainer, SyncMultiGPUTrainerReplicated, TrainConfig,
                           launch_train_with_config)
 from kerastrainer.dataflow import DataFromList
+from kerastrainer.input_source.base import InputSourceError
 from kerastrainer.keras import KerasModel, KerasSignatureError
 from kerastrainer.models import keras_layer
 from kerastrainer.tfutils import add_moving_summary
@@ -276,3 +278,66 @@ def test_keras_layers_in_a_tower_are_shared_saved_and_regularized(logdir, towers
                                          extra_callbacks=[], monitors=[]), trainer2)
     for k, v in trainer2.named_variables().items():
         np.testing.assert_array_equal(v.numpy(), saved[k])
+
+
+class _Logged(logging.Handler):
+    """The kerastrainer log messages (INFO and up) emitted inside the ``with``."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+    def __enter__(self):
+        logging.getLogger("kerastrainer").addHandler(self)
+        return self.messages
+
+    def __exit__(self, *exc):
+        logging.getLogger("kerastrainer").removeHandler(self)
+
+
+def test_evaluate_refuses_a_cast_that_changes_a_value():
+    x, y = _data(n=8)
+    km = KerasModel(_mlp())
+    km.compile("sgd", _xent(), metrics=["accuracy"])
+    km.evaluate((x, y))                      # the targets are int32 from here on
+    big = y.astype("int64")
+    big[3] = 2 ** 32 + 1                     # int32 would make it 1, a valid class
+    with pytest.raises(InputSourceError, match=r"evaluate: target 'output_target': the value 4294967297 .*int32"):
+        km.evaluate((x, big))
+    frac = y.astype("float64")
+    frac[5] = 1.7
+    with pytest.raises(InputSourceError, match=r"evaluate: target 'output_target': the value 1.7 .*whole"):
+        km.evaluate((x, frac))
+    assert km.evaluate((x, y.astype("float64")))["loss"] == pytest.approx(km.evaluate((x, y))["loss"])
+
+
+def test_a_metric_of_an_output_without_a_loss_is_computed_against_its_target():
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((4,))
+    model = keras.Model(inp, [keras.layers.Dense(1, name="a")(inp), keras.layers.Dense(1, name="b")(inp)])
+    x = np.random.RandomState(0).randn(64, 4).astype("float32")
+    y = 2 * x[:, :1]
+    km = KerasModel(model)
+    km.compile(keras.optimizers.SGD(0.0), loss=["mse", None], metrics=["mae"])  # lr 0: fixed weights
+    hist = km.fit(input=(x, [y, y]), batch_size=64, max_epoch=1, **QUIET)
+    true_mae = float(np.abs(model.predict(x, verbose=0)[1] - y).mean())
+    assert true_mae > 0.1
+    assert hist.history["b_mae"][0] == pytest.approx(true_mae, rel=1e-5)
+    assert km.evaluate((x, [y, y]))["b_mae"] == pytest.approx(true_mae, rel=1e-5)
+    with pytest.raises(KerasSignatureError, match=r"targets for the outputs \['b'\] are missing"):
+        km.evaluate((x, {"a": y}))
+
+
+def test_multi_replica_dataset_warns_of_a_dropped_batch_and_says_what_the_metrics_cover():
+    x, y = _data(n=65)                       # batches of 32, 32 and 1: the 1 cannot be split over 2
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+    km = KerasModel(_mlp(), input=ds, trainer=SyncMultiGPUTrainerReplicated(cpus(2)))
+    km.compile(keras.optimizers.SGD(0.1), _xent(), metrics=["accuracy"])
+    with _Logged() as logged:
+        km.fit(max_epoch=2, steps_per_epoch=2, **QUIET)
+    dropped = [m for m in logged if "cannot be split across 2 replicas" in m]
+    assert dropped == ["A batch of 1 samples cannot be split across 2 replicas; it is skipped."]
+    assert any("['accuracy'] cover the first replica's batch" in m for m in logged)

@@ -118,3 +118,36 @@ def test_keras_fit_with_steps_per_execution_under_mirrored_strategy_vs_ours():
     hist = km.fit(max_epoch=2, batch_size=32)
     assert km.trainer.last_call_steps == 4 and km.trainer.num_replicas == 2
     assert hist.history["loss"][1] < hist.history["loss"][0]
+
+
+def test_fit_refuses_class_and_sample_weight_and_multi_gpu_model_refuses_no_gpus():
+    x, y = _data(n=64)
+    pmodel = make_parallel(_model(), cpus(2))
+    pmodel.compile(keras.optimizers.SGD(0.1), _xent())
+    with pytest.raises(ValueError, match="class_weight is not supported"):
+        pmodel.fit(x, y, class_weight={0: 1.0, 1: 2.0, 2: 1.0})
+    with pytest.raises(ValueError, match="sample_weight is not supported"):
+        pmodel.fit(x, y, sample_weight=np.ones(64))
+    with pytest.raises(ValueError, match=r"gpus=\[\]"):
+        multi_gpu_model(_model(), gpus=[])
+
+
+def test_fit_generator_validates_on_validation_steps_batches():
+    x, y = _data(n=256)
+    read = []
+
+    def val_batches():  # endless, as Keras 2 generators are: validation_steps bounds each validation
+        while True:
+            read.append(1)
+            yield x[:32], y[:32]
+
+    def train_batches():
+        while True:
+            for i in range(0, 256, 32):
+                yield x[i:i + 32], y[i:i + 32]
+
+    pmodel = make_parallel(_model(), cpus(2))
+    pmodel.compile(keras.optimizers.SGD(0.1), _xent(), metrics=["accuracy"])
+    hist = pmodel.fit_generator(train_batches(), steps_per_epoch=4, epochs=2, validation_data=val_batches(),
+                                validation_steps=3)
+    assert len(hist.history["val_loss"]) == 2 and len(read) == 6

@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from typing import Callable, Optional, Tuple
 
@@ -180,6 +181,23 @@ class _FlatBatches(ProxyDataFlow):
             yield flat + [np.float32(1.0)] if self.with_share else flat
 
 
+class _FirstBatches(ProxyDataFlow):
+    """The first ``n`` datapoints of each pass (Keras' ``validation_steps``); a generator reads on."""
+
+    def __init__(self, ds, n: int):
+        super().__init__(ds)
+        self.n = int(n)
+
+    def __len__(self) -> int:
+        try:
+            return min(self.n, len(self.ds))
+        except (TypeError, NotImplementedError):
+            return self.n
+
+    def __iter__(self):
+        yield from itertools.islice(self.ds, self.n)
+
+
 class SplitBatches(ProxyDataFlow):
     """Split each flat global batch into ``num_parts`` per-replica batches (Keras' global-batch rule).
 
@@ -256,8 +274,22 @@ class _Peeked(ProxyDataFlow):
 
 def _split_dataset(ds: tf.data.Dataset, n: int) -> tf.data.Dataset:
     """Each flat global batch -> ``n`` consecutive per-replica batches and their shares (see
-    :class:`SplitBatches`); batches smaller than n are dropped."""
-    ds = ds.filter(lambda *c: tf.shape(c[0], out_type=tf.int64)[0] >= n)
+    :class:`SplitBatches`); batches smaller than n are dropped, with one warning."""
+    warned = []
+
+    def warn(size):  # in Python (tf.py_function), only for a dropped batch
+        if not warned:
+            warned.append(True)
+            logger.warning("A batch of %d samples cannot be split across %d replicas; it is skipped.",
+                           int(size), n)
+        return False
+
+    def keep(*c):
+        size = tf.shape(c[0], out_type=tf.int64)[0]
+        return tf.cond(size >= n, lambda: tf.constant(True),
+                       lambda: tf.reshape(tf.py_function(warn, [size], tf.bool), []))
+
+    ds = ds.filter(keep)
     index = tf.data.Dataset.range(n)
 
     def expand(*comps):

@@ -60,16 +60,17 @@ import tensorflow as tf
 from ..callbacks.inference import ScalarStats
 from ..callbacks.inference_runner import InferenceRunner
 from ..dataflow.base import is_dataflow
-from ..input_source.base import InputSource
+from ..input_source.base import InputSource, InputSourceError
 from ..train.base import Trainer
 from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, TrainConfig
 from ..train.interface import launch_train_with_config, staged_on_gpus
 from ..train.trainers import SimpleTrainer
 from ..utils import logger
+from ..utils.casting import cast_exactly
 from ..utils.cluster import ShardedDataFlow, shard_dataflow
 from .adapter import KerasModelDesc
 from .callbacks import KerasCallback, wrap_keras_callbacks
-from .data import DEFAULT_BATCH_SIZE, SHARE_SPEC, KerasData, _FlatBatches, _map, as_keras_data
+from .data import DEFAULT_BATCH_SIZE, SHARE_SPEC, KerasData, _FirstBatches, _FlatBatches, _map, as_keras_data
 from .objectives import Objectives
 from .structure import KerasSignatureError, ModelIO, as_spec_list, flatten_xy
 from .variables import place_off_strategy, rekey_optimizer, unique_variables
@@ -196,7 +197,7 @@ class KerasModel:
         input_signature: ``tf.TensorSpec`` (s) of the model's inputs; inferred from the
             model and the first batch when left out.
         target_signature: ``tf.TensorSpec`` (s) of the targets, one per output with a
-            loss; inferred from the first batch when left out.
+            loss or a metric; inferred from the first batch when left out.
         input: the training data: ``(x, y)`` numpy arrays, a ``tf.data.Dataset``, a
             ``keras.utils.PyDataset`` or a DataFlow of ``(x, y)`` (or flat
             ``[inputs..., targets...]``) batches: global batches. Or an ``InputSource``
@@ -307,7 +308,7 @@ class KerasModel:
         if not objectives.has_output_loss and not model.losses:  # the probe's call ran the add_loss calls
             raise ValueError(f"No loss to compute: compile(loss=...) gives no loss for the outputs {out_names} "
                              "and the model adds none (add_loss in a layer's call). Give compile a loss.")
-        io = ModelIO.from_model(model, x, y, out_names, out_kind, objectives.has_loss,
+        io = ModelIO.from_model(model, x, y, out_names, out_kind, objectives.needs_target,
                                 self.input_signature, self.target_signature)
         y_flat = io._flat_y(y)
         y_true = {o: tf.convert_to_tensor(_first_sample_batch(t), dtype=s.dtype)
@@ -348,7 +349,7 @@ class KerasModel:
             epochs: Optional[int] = None, input=None, shuffle: bool = True,  # noqa: A002
             validation_batch_size: Optional[int] = None, starting_epoch: int = 1,
             extra_callbacks: Optional[Sequence] = None, monitors: Optional[Sequence] = None,
-            shard: bool = True) -> keras.callbacks.History:
+            shard: bool = True, validation_steps: Optional[int] = None) -> keras.callbacks.History:
         """Train; returns a ``keras.callbacks.History`` (per-epoch means of the statistics).
 
         Args:
@@ -370,7 +371,18 @@ class KerasModel:
                 ``Dataset.shard`` of a ``tf.data.Dataset``, every ``size``-th batch of a
                 DataFlow or PyDataset. ``shard=False``: every worker reads all the data
                 (shard it yourself, e.g. with ``shard_dataflow``).
+            validation_steps: validate on the first that many batches of ``validation_data``
+                (a generator reads on: the next ones each epoch); default all of it.
+
+        With several replicas the training metrics (``accuracy``...; not the loss) are
+        computed on the first replica's part of each step's batches; ``val_*`` cover the
+        whole validation data.
         """
+        if validation_steps is not None and (isinstance(validation_steps, bool) or
+                                             not isinstance(validation_steps, int) or validation_steps < 1):
+            raise ValueError(f"validation_steps must be a positive int or None; got {validation_steps!r}.")
+        if validation_steps is not None and validation_data is None:
+            raise ValueError("validation_steps was given without validation_data.")
         if max_epoch is not None and epochs is not None and max_epoch != epochs:
             raise ValueError("Give max_epoch or epochs, not both.")
         if max_epoch is None:
@@ -383,7 +395,7 @@ class KerasModel:
         if isinstance(data_arg, InputSource):
             return self._fit_input_source(data_arg, trainer, validation_data, steps_per_epoch, max_epoch,
                                           callbacks, session_init, starting_epoch, extra_callbacks, monitors,
-                                          validation_batch_size or batch_size)
+                                          validation_batch_size or batch_size, validation_steps)
         if size > 1 and shard:
             data_arg, batch_size = _shard(data_arg, batch_size, rank, size)
             logger.info("KerasModel: worker %d of %d reads its shard of the data%s.", rank, size,
@@ -407,11 +419,14 @@ class KerasModel:
         if validation_data is not None:
             val = as_keras_data(validation_data, batch_size=validation_batch_size or batch_size, shuffle=False)
             val_flow = val.flat_dataflow(flatten, with_share=True)
+            if validation_steps is not None:
+                val_flow = _FirstBatches(val_flow, validation_steps)
         return self._launch(trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
                             starting_epoch, extra_callbacks, monitors)
 
     def _fit_input_source(self, source: InputSource, trainer, validation_data, steps_per_epoch, max_epoch,
-                          callbacks, session_init, starting_epoch, extra_callbacks, monitors, val_batch_size):
+                          callbacks, session_init, starting_epoch, extra_callbacks, monitors, val_batch_size,
+                          validation_steps=None):
         """tensorpack's contract: the InputSource feeds each replica its own flat batch."""
         self._prepare(None)
         desc = self._make_desc(global_batch=False)
@@ -422,12 +437,20 @@ class KerasModel:
                                 "InputSource: InferenceRunner reads it in Python.")
             val = as_keras_data(validation_data, batch_size=val_batch_size, shuffle=False)
             val_flow = val.flat_dataflow(_flattener(self._io))
+            if validation_steps is not None:
+                val_flow = _FirstBatches(val_flow, validation_steps)
         # steps_per_epoch None: TrainConfig takes the InputSource's size per tower
         return self._launch(trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
                             starting_epoch, extra_callbacks, monitors)
 
     def _launch(self, trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
                 starting_epoch, extra_callbacks, monitors) -> keras.callbacks.History:
+        replicas = self._replicas(trainer) * _worker_rank_size(trainer)[1]
+        metrics = [n for ms in self._objectives.metrics.values() for n, _ in ms]
+        if replicas > 1 and metrics:  # the loss is averaged over the replicas; the metrics are not
+            logger.info("KerasModel.fit: the training metrics %s cover the first replica's batch of each step "
+                        "(1 of %d replicas); the loss covers all of them, val_* the whole validation data.",
+                        metrics, replicas)
         cbs: List = []
         if val_flow is not None:
             cbs.append(InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val")))
@@ -490,7 +513,8 @@ class KerasModel:
         for i, dp in enumerate(flow):
             if steps is not None and i >= steps:
                 break
-            values = batch_stats(*[tf.convert_to_tensor(c, dtype=s.dtype) for c, s in zip(dp, signature)])
+            values = batch_stats(*[_to_spec(c, s, k, len(io.input_specs))
+                                   for k, (c, s) in enumerate(zip(dp, signature))])
             n = len(dp[0])
             sums += np.array([float(v) for v in values]) * n
             count += n
@@ -501,6 +525,15 @@ class KerasModel:
     def predict(self, x, batch_size: Optional[int] = None):
         """The model's outputs on ``x``: ``keras.Model.predict`` on the trained model."""
         return self.model.predict(x, batch_size=batch_size, verbose=0)
+
+
+def _to_spec(c, spec: tf.TensorSpec, index: int, n_inputs: int) -> tf.Tensor:
+    """Component ``index`` of an evaluate batch as a tensor of the signature's dtype; a cast that
+    would change a value (an int64 label beyond int32, a float 1.7 made an int) is an error."""
+    what = f"evaluate: {'input' if index < n_inputs else 'target'} '{spec.name}'"
+    want = spec.dtype.as_numpy_dtype if spec.dtype != tf.string else None
+    arr = cast_exactly(c, want, what, InputSourceError) if want is not None else c
+    return tf.convert_to_tensor(arr, dtype=spec.dtype)
 
 
 def _share_for_runners(callbacks: Sequence, flatten: Callable) -> None:

@@ -3,11 +3,13 @@
 Losses and metrics may be Keras objects, functions or strings (``'accuracy'`` and
 ``'crossentropy'`` pick the binary, categorical or sparse form from the shapes,
 as in Keras). A single loss applies to every output; a list gives one per output;
-a dict maps output names to losses (outputs left out have no loss and no target).
+a dict maps output names to losses (outputs left out have no loss).
 Metrics are a list (applied to every output), a list of lists (one list per
-output) or a dict. ``loss=None`` (Keras 3's default) compiles no output loss: the
-model's own ``add_loss`` losses are the whole loss (a VAE's KL and reconstruction
-terms), and no output needs a target; :meth:`Objectives.compute` then returns a
+output) or a dict. An output with a loss or a metric needs a target (a metric
+compares the output with it, as in Keras); other outputs take none.
+``loss=None`` (Keras 3's default) compiles no output loss: the model's own
+``add_loss`` losses are the whole loss (a VAE's KL and reconstruction terms), and
+only outputs with metrics need a target; :meth:`Objectives.compute` then returns a
 total of None, and the caller adds ``model.losses``.
 
 Metrics are computed *per batch, without state* (``Metric.stateless_*``), so they
@@ -101,6 +103,12 @@ class Objectives:
     def has_loss(self) -> Dict[str, bool]:
         return {o: self.loss_ids[o] is not None for o in self.output_names}
 
+    @property
+    def needs_target(self) -> Dict[str, bool]:
+        """The outputs the data gives a target for: those with a loss or a metric."""
+        return {o: self.loss_ids[o] is not None or any(m is not None for m in self.metric_ids[o])
+                for o in self.output_names}
+
     def resolve(self, y_true: Dict[str, object], y_pred: Dict[str, object]) -> None:
         """Make the loss and metric objects, given one example batch per output (shapes decide
         between binary, categorical and sparse forms of 'accuracy' and 'crossentropy')."""
@@ -116,8 +124,10 @@ class Objectives:
             for mid in self.metric_ids[o]:
                 if mid is None:
                     continue
-                ref = yt if yt is not None else y_pred[o]
-                metric = self._get_metric(mid, ref, y_pred[o], o)
+                if yt is None:  # never against the prediction itself: that is a silent 0 (or 1)
+                    raise ValueError(f"compile(metrics=...): output '{o}' has the metric {_name(mid)!r} but no "
+                                     "target to compare it with; give the data a target for it.")
+                metric = self._get_metric(mid, yt, y_pred[o], o)
                 ms.append((f"{o}_{metric.name}" if multi else metric.name, metric))
             self.metrics[o] = ms
         names = [n for ms in self.metrics.values() for n, _ in ms]
@@ -197,7 +207,6 @@ class Objectives:
             total = weighted if total is None else total + weighted
         for o in self.output_names:
             for name, metric in self.metrics.get(o, []):
-                yt = y_true.get(o, y_pred[o])
-                state = metric.stateless_update_state(metric.stateless_reset_state(), yt, y_pred[o])
+                state = metric.stateless_update_state(metric.stateless_reset_state(), y_true[o], y_pred[o])
                 stats[name] = tf.cast(metric.stateless_result(state), tf.float32)
         return total, stats

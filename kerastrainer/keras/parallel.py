@@ -188,6 +188,38 @@ def _warn_knobs(who: str, **knobs) -> None:
             logger.warning("%s(%s=%r) has no TF2 meaning and is ignored: %s.", who, name, value, why)
 
 
+# Keras 2's queue and worker knobs, with their defaults (which change nothing here)
+_QUEUE_KNOBS = {"max_queue_size": 10, "workers": 1, "use_multiprocessing": False}
+
+
+def _warn_dropped(who: str, honoured: Optional[dict] = None, **given) -> None:
+    """Warn naming each argument given a value this method cannot honour; None, an empty list,
+    the queue knobs' defaults and the values in ``honoured`` (name -> values) change nothing."""
+    honoured = {**{k: (v,) for k, v in _QUEUE_KNOBS.items()}, **(honoured or {})}
+    dropped = sorted(k for k, v in given.items() if v is not None and not (isinstance(v, (list, tuple)) and not v)
+                     and not any(type(v) is type(h) and v == h for h in honoured.get(k, ())))
+    queue = [k for k in dropped if k in _QUEUE_KNOBS]
+    other = [k for k in dropped if k not in _QUEUE_KNOBS]
+    if queue:
+        logger.warning("%s ignores %s: Keras 2's queue and worker knobs have no meaning here; kerastrainer's "
+                       "input pipeline replaces them (an in-graph queue fed by the DataFlow; load in parallel "
+                       "with MultiProcessRunner or MultiProcessMapData).", who, queue)
+    if other:
+        logger.warning("%s ignores %s.", who, other)
+
+
+def _ps_name(ps_device) -> str:
+    """``ps_device`` as ``'/cpu:i'`` / ``'/gpu:i'`` (the form the devices have); ``'/gpu'`` when it
+    names no index (any GPU)."""
+    try:
+        spec = ps_device if isinstance(ps_device, tf.DeviceSpec) else \
+            tf.DeviceSpec.from_string(ps_device if ps_device.startswith("/") else "/" + ps_device)
+    except (ValueError, AttributeError):
+        return str(ps_device)
+    kind = f"/{(spec.device_type or 'CPU').lower()}"
+    return kind if spec.device_index is None else f"{kind}:{spec.device_index}"
+
+
 def get_slice(data, i: int, parts: int):
     """Slice ``i`` of ``parts`` of the batch axis (sizes differ by at most one, as SplitBatches)."""
     size = tf.shape(data)[0]
@@ -258,7 +290,8 @@ class ModelMGPU(keras.Model):
         serial_model: the ``keras.Model`` to train (the template), with known inputs.
         gdev_list: at least 2 devices: names (``'/gpu:0'``, ``'/cpu:1'``), ``tf.DeviceSpec``
             objects, or ids in :func:`get_available_gpus`' list.
-        ps_device: where the gradients are reduced (and the outputs merged).
+        ps_device: where the gradients are reduced (and the outputs merged): a CPU means
+            ``'/cpu:0'``, a GPU the first device of ``gdev_list`` (a warning names any other).
         usenccl: all-reduce the gradients (``SyncMultiGPUTrainerReplicated``, NCCL on GPUs)
             instead of reducing them on ``ps_device``.
         initsync, syncopt, enqueue: keras_experiments' knobs without a TF2 meaning:
@@ -285,7 +318,13 @@ class ModelMGPU(keras.Model):
         _warn_knobs(type(self).__name__, initsync=initsync, syncopt=syncopt, enqueue=enqueue)
         ps = tf.DeviceSpec.from_string(ps_device) if isinstance(ps_device, str) else ps_device
         on_cpu = (getattr(ps, "device_type", None) or "CPU").upper() == "CPU"
-        inputs, outputs = _parallel_graph(serial_model, devices, "/cpu:0" if on_cpu else devices[0])
+        merge = "/cpu:0" if on_cpu else devices[0]   # the trainer reduces on the CPU or the first device
+        if _ps_name(ps_device) not in (merge, merge.split(":")[0]):
+            logger.warning("%s(ps_device=%r): the outputs are merged (and, without usenccl, the gradients "
+                           "reduced) on %r, not on %r: SyncMultiGPUTrainerParameterServer reduces on '/cpu:0' "
+                           "or on the first device of gdev_list.", type(self).__name__, ps_device, merge,
+                           _ps_name(ps_device))
+        inputs, outputs = _parallel_graph(serial_model, devices, merge)
         super().__init__(inputs=inputs, outputs=outputs, name=kwargs.pop("name", f"{serial_model.name}_mgpu"),
                          **kwargs)
         state = dict(_smodel=serial_model, _gdev_list=devices, _ps_on_cpu=on_cpu, _usenccl=bool(usenccl),
@@ -341,18 +380,21 @@ class ModelMGPU(keras.Model):
 
         ``x`` may also be a ``PyDataset`` / Keras 2 generator (``ImageDataGenerator.flow``)
         or a Python generator of ``(x, y)`` batches (give ``steps_per_epoch``). ``y`` may be
-        left out when the model was compiled with ``loss=None`` (its ``add_loss`` losses)."""
+        left out when the model was compiled with ``loss=None`` (its ``add_loss`` losses).
+        ``validation_steps``: validate on that many batches of ``validation_data``."""
         if validation_split:
             raise ValueError("validation_split is not supported; give validation_data.")
-        given = sorted(k for k, v in kwargs.items() if v is not None)
-        if given:
-            logger.warning("%s.fit ignores %s.", type(self).__name__, given)
-        del verbose
+        for name in ("class_weight", "sample_weight"):
+            if kwargs.get(name) is not None:
+                raise ValueError(f"{name} is not supported by kerastrainer's fit; weight the loss instead.")
+        validation_steps = kwargs.pop("validation_steps", None)
+        # kerastrainer's callbacks report progress: verbose=0 or 2 cannot be honoured
+        _warn_dropped(f"{type(self).__name__}.fit", {"verbose": ("auto", 1, True)}, verbose=verbose, **kwargs)
         data = (x, y) if y is not None else x
         return self._compiled().fit(input=data, validation_data=validation_data, batch_size=batch_size,
                                     max_epoch=epochs, starting_epoch=initial_epoch + 1, shuffle=shuffle,
                                     steps_per_epoch=steps_per_epoch, callbacks=callbacks,
-                                    validation_batch_size=validation_batch_size)
+                                    validation_batch_size=validation_batch_size, validation_steps=validation_steps)
 
     def fit_generator(self, generator, steps_per_epoch=None, epochs=1, verbose=1, callbacks=None,
                       validation_data=None, validation_steps=None, class_weight=None, max_queue_size=10,
@@ -360,14 +402,18 @@ class ModelMGPU(keras.Model):
         """Keras 2's ``fit_generator``: ``fit`` on a generator of global batches."""
         if class_weight is not None:
             raise ValueError("class_weight is not supported by kerastrainer's fit; weight the loss instead.")
+        _warn_dropped(f"{type(self).__name__}.fit_generator", {"verbose": (1, True)}, verbose=verbose,
+                      max_queue_size=max_queue_size, workers=workers, use_multiprocessing=use_multiprocessing)
         return self.fit(generator, epochs=epochs, callbacks=callbacks, validation_data=validation_data,
-                        steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch, shuffle=shuffle)
+                        steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch, shuffle=shuffle,
+                        validation_steps=validation_steps)
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
                  callbacks=None, return_dict=False, **kwargs):
         """Keras' ``evaluate``: the loss, then the metrics (a dict with ``return_dict=True``)."""
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported by evaluate.")
+        _warn_dropped(f"{type(self).__name__}.evaluate", callbacks=callbacks, **kwargs)
         stats = self._compiled().evaluate((x, y) if y is not None else x, batch_size=batch_size, steps=steps)
         if return_dict:
             return stats
@@ -376,14 +422,17 @@ class ModelMGPU(keras.Model):
 
     def evaluate_generator(self, generator, steps=None, **kwargs):
         """Keras 2's ``evaluate_generator``."""
+        _warn_dropped(f"{type(self).__name__}.evaluate_generator", {"verbose": (0, False)}, **kwargs)
         return self.evaluate(generator, steps=steps)
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """The template's predictions (the parallel graph computes the same values)."""
+        _warn_dropped(f"{type(self).__name__}.predict", callbacks=callbacks)
         return self._smodel.predict(x, batch_size=batch_size, verbose=0, steps=steps)
 
     def predict_generator(self, generator, steps=None, **kwargs):
         """Keras 2's ``predict_generator``."""
+        _warn_dropped(f"{type(self).__name__}.predict_generator", {"verbose": (0, False)}, **kwargs)
         return self._smodel.predict(generator, steps=steps, verbose=0)
 
     def predict_on_batch(self, x):
@@ -462,7 +511,7 @@ def multi_gpu_model(model: keras.Model, gpus: Union[None, int, Sequence[int]] = 
         model.save('my_model.keras')        # the template holds the trained weights
     """
     pool = _device_pool()
-    if not gpus:
+    if gpus is None:  # only None means every device: gpus=[] or 0 is an error below, as in Keras 2
         gpus = len(pool)
     if isinstance(gpus, (list, tuple)):
         if len(gpus) <= 1:

@@ -6,8 +6,8 @@ its data comes as ``(x, y)`` pairs. :class:`ModelIO` describes both sides and
 converts between them: ``flatten(datapoint)`` gives the flat list
 ``[inputs..., targets...]``; ``pack_inputs(flat)`` gives what ``model(...)`` takes.
 
-Targets exist for the outputs that have a loss, in the model's output order, and
-are named ``'<output name>_target'``.
+Targets exist for the outputs that have a loss or a metric, in the model's output
+order, and are named ``'<output name>_target'``.
 
 Example::
 
@@ -157,8 +157,8 @@ class ModelIO:
             return []
         if y is None:
             raise KerasSignatureError(f"The data has no targets; the model needs {n}, one for each output with a "
-                                      f"loss: {self.target_outputs}. Give (x, y), or compile(loss=None) when the "
-                                      "model's add_loss losses are the whole loss.")
+                                      f"loss or a metric: {self.target_outputs}. Give (x, y), or compile(loss=None) "
+                                      "when the model's add_loss losses are the whole loss.")
         if isinstance(y, dict):
             missing = [o for o in self.target_outputs if o not in y]
             if missing:
@@ -168,14 +168,14 @@ class ModelIO:
         if isinstance(y, (list, tuple)):
             if len(y) == n:
                 return list(y)
-            if len(y) == len(self.output_names):  # one per output; keep those with a loss
+            if len(y) == len(self.output_names):  # one per output; keep those with a target
                 pos = {o: i for i, o in enumerate(self.output_names)}
                 return [y[pos[o]] for o in self.target_outputs]
             raise KerasSignatureError(f"The data has {len(y)} targets; the model needs {n}, one for each "
-                                      f"output with a loss: {self.target_outputs}.")
+                                      f"output with a loss or a metric: {self.target_outputs}.")
         if n != 1:
             raise KerasSignatureError(f"The data has one target array; the model needs {n}, one for each "
-                                      f"output with a loss: {self.target_outputs}.")
+                                      f"output with a loss or a metric: {self.target_outputs}.")
         return [y]
 
     def flatten(self, dp) -> list:
@@ -184,8 +184,9 @@ class ModelIO:
 
     @classmethod
     def from_model(cls, model, first_x, first_y, output_names: List[str], output_kind: str,
-                   has_loss: Dict[str, bool], input_signature=None, target_signature=None) -> "ModelIO":
-        """Describe ``model`` given one batch ``(first_x, first_y)`` and what the model returned."""
+                   has_target: Dict[str, bool], input_signature=None, target_signature=None) -> "ModelIO":
+        """Describe ``model`` given one batch ``(first_x, first_y)`` and what the model returned;
+        ``has_target``: the outputs with a loss or a metric (``Objectives.needs_target``)."""
         model_inputs = _model_inputs(model)
         x_struct = first_x
         if model_inputs is not None:
@@ -211,7 +212,7 @@ class ModelIO:
         else:
             names = ["input"] if n_in == 1 else [f"input_{i}" for i in range(n_in)]
         proto = cls([tf.TensorSpec(None, tf.float32, name=n) for n in names], keys, kind, output_names,
-                    output_kind, [], [o for o in output_names if has_loss.get(o)])
+                    output_kind, [], [o for o in output_names if has_target.get(o)])
         xs = proto._flat_x(first_x)
 
         given = as_spec_list(input_signature, "input_signature")
@@ -243,7 +244,8 @@ class ModelIO:
         given_t = as_spec_list(target_signature, "target_signature")
         if given_t is not None and len(given_t) != len(ys):
             raise KerasSignatureError(f"target_signature has {len(given_t)} specs; the model needs {len(ys)} "
-                                      f"targets, one for each output with a loss: {proto.target_outputs}.")
+                                      f"targets, one for each output with a loss or a metric: "
+                                      f"{proto.target_outputs}.")
         taken = set(names)
         tspecs = []
         for i, (out, yd) in enumerate(zip(proto.target_outputs, ys)):
