@@ -84,7 +84,7 @@ def run_kt(kind, steps):
     stamps = []
     timer = CallbackFactory(trigger_epoch=lambda cb: stamps.append(time.perf_counter()))
     hist = km.fit(max_epoch=2, callbacks=[timer], extra_callbacks=[], monitors=[], **fit_kw)
-    print(f"steps_per_call at the end: {km.trainer.last_call_steps} (auto: {km.trainer._auto_k})", file=sys.stderr)
+    print(f"steps_per_call at the end: {km.trainer.last_call_steps} (auto: {km.trainer.steps.auto_k})", file=sys.stderr)
     return steps / (stamps[1] - stamps[0]), hist.history["loss"][-1]
 
 

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import re
 import signal
-import threading
 import time
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -32,11 +29,10 @@ from ..input_source.base import InputSource, InputSourceError
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..tfutils.tower_func import scalar_cost_error
 from ..utils import logger
-from ..utils.concurrency import describe_child_processes
-from ..utils.devices import current_replica_index, device_type
-from .stop_signals import StopSignals, TrainingTerminated
-from ..utils.utils import execute_only_once
-from ..utils.xla_flags import default_flags_state
+from ..utils.devices import current_replica_index
+from .steps_per_call import StepsPerCall
+from .stop_signals import InputStallReport, StopSignals, TrainingTerminated
+from .xla import XlaPolicy, xla_unsupported_ops  # noqa: F401 (xla_unsupported_ops: its old path)
 
 __all__ = ["Trainer", "StopTraining", "TrainingTerminated"]
 
@@ -61,60 +57,6 @@ class _DeferredUpdates(keras.StatelessScope):
         variable, value = update
         self.updates[id(variable)] = (variable, value)
         super().add_update(update)
-
-
-_xla_kernels_registered = False
-
-
-def _xla_kernel_registration(x):  # a one-op XLA module (named so in XLA dumps)
-    return x + 1
-
-
-def xla_unsupported_ops(concrete_function, device_type: str = "CPU") -> List[str]:
-    """``'OpType (node)'`` of each op of the XLA-compiled functions in a traced function
-    that has no XLA kernel on ``device_type`` (``'CPU'``/``'GPU'``): what XLA would fail on.
-
-    Read from the graph, before anything runs: no data is consumed, no collective started.
-    """
-    from tensorflow.python.framework import kernels
-
-    global _xla_kernels_registered
-    if not _xla_kernels_registered:  # XLA registers its compilation kernels when first used
-        with tf.device("/device:CPU:0"):
-            tf.function(_xla_kernel_registration, jit_compile=True)(tf.constant(0.0))
-        _xla_kernels_registered = True
-    jit_device = f"XLA_{device_type.upper()}_JIT"
-    library = {f.signature.name: f for f in concrete_function.graph.as_graph_def().library.function}
-    todo = [name for name, f in library.items() if "_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b]
-    seen, bad, supported = set(todo), {}, {}
-    while todo:
-        for node in library[todo.pop()].node_def:
-            called = [node.op] if node.op in library else []
-            for value in node.attr.values():
-                called += [value.func.name] if value.HasField("func") else [f.name for f in value.list.func]
-            for name in called:
-                if name in library and name not in seen:
-                    seen.add(name)
-                    todo.append(name)
-            if node.op in library:
-                continue
-            if node.op not in supported:
-                supported[node.op] = any(kd.device_type == jit_device
-                                         for kd in kernels.get_registered_kernels_for_op(node.op).kernel)
-            if not supported[node.op]:
-                bad.setdefault(node.op, node.name)
-    return [f"{op} ({name})" for op, name in sorted(bad.items())]
-
-
-_NO_XLA_KERNEL = re.compile(r"No registered '([^']+)' OpKernel for XLA_\w+ devices")
-
-
-def _xla_error_ops(error: Exception) -> Optional[List[str]]:
-    """The ops an XLA compile error names, or None when the error is not XLA's."""
-    msg = str(error)
-    if not re.search(r"XLA_\w+_JIT|tf2xla|XLA compilation|_XlaMustCompile", msg):
-        return None
-    return sorted(set(_NO_XLA_KERNEL.findall(msg))) or ["(an op XLA rejected, see the message)"]
 
 
 class Trainer:
@@ -154,18 +96,11 @@ class Trainer:
 
     def __init__(self, steps_per_call: Union[str, int] = "auto", precision: Optional[str] = None,
                  jit_compile: Union[bool, str] = "auto", average: bool = True):
-        if steps_per_call != "auto" and (not isinstance(steps_per_call, int) or steps_per_call < 1):
-            raise ValueError(f"steps_per_call must be 'auto' or a positive int; got {steps_per_call!r}")
+        self.steps = StepsPerCall(steps_per_call, self.target_call_seconds, self.max_auto_steps_per_call)
         if precision not in _PRECISIONS:
             raise ValueError(f"precision must be one of {sorted(k for k in _PRECISIONS if k)}; got {precision!r}")
-        if isinstance(jit_compile, str) and jit_compile != "auto" or jit_compile not in (True, False, "auto"):
-            raise ValueError(f"jit_compile must be True, False or 'auto'; got {jit_compile!r}")
-        self.steps_per_call = steps_per_call
         self.precision = _PRECISIONS[precision]
-        # what was asked for; use_xla / xla_region: what this run does (set in setup_graph)
-        self.jit_compile = jit_compile if jit_compile == "auto" else bool(jit_compile)
-        self.use_xla = False
-        self.xla_region: Optional[str] = None
+        self.xla = XlaPolicy(jit_compile)   # jit_compile: asked; use_xla / xla_region: what this run does
         # the first call: seconds tracing the train function, then running it (XLA compile included)
         self.trace_seconds: Optional[float] = None
         self.first_call_seconds: Optional[float] = None
@@ -182,12 +117,8 @@ class Trainer:
         self.model = None
         self.input = None
         self._callbacks = None
-        self._auto_k = 1
-        self._step_seconds = None
-        self._calls = 0
         self._steps_tensors: Dict[int, tf.Tensor] = {}
         self._call_started: Optional[float] = None
-        self._stall_reported = 0.0
         self._stop: Optional[StopSignals] = None   # Ctrl-C / SIGTERM handling of the running loop
 
     # --- distribution: subclasses override ----------------------------------------------
@@ -245,9 +176,7 @@ class Trainer:
             keras.mixed_precision.set_global_policy(previous_policy)
         self.checkpoint = tf.train.Checkpoint(model=self.model_variables, optimizer=self.optimizer,
                                               global_step=self.global_step_var, epoch=self.epoch_var)
-        self.use_xla = self._resolve_jit_compile()
-        if self.use_xla and any(device_type(d) == "GPU" for d in self._replica_devices()):
-            _check_default_xla_flags()
+        self.xla.resolve(self)
         self._train_fn = self._make_train_function()
         logger.info("Model built: %d trainable variables, %s parameters, %d replica(s).",
                     len(self.trainable_variables),
@@ -271,7 +200,7 @@ class Trainer:
         scale = 1.0 / num_replicas if self.average else 1.0
         # XLA region: never the input's dequeue (queue and iterator ops have no XLA kernel);
         # the update too where it has no all-reduce (see _xla_region)
-        self.xla_region = self._xla_region() if self.use_xla else None
+        self.xla.region_for(self)
         # A strategy synchronises an update of a mirrored variable (BatchNorm statistics) with
         # a merge_call, which cannot run inside a nested function: with XLA on the tower only,
         # its Keras-variable updates are collected in the cluster and applied after it.
@@ -361,106 +290,32 @@ class Trainer:
         self._output_names = [cost_key] + summary_names
         return tf.function(train_calls)
 
-    # --- XLA ---------------------------------------------------------------------------------
-    def _replica_devices(self) -> List[str]:
-        """The devices this process's replicas run on."""
-        try:
-            devices = list(self.strategy.extended.worker_devices)
-        except (RuntimeError, AttributeError, NotImplementedError):  # the default strategy has none
-            devices = []
-        if not devices:
-            gpus = tf.config.list_logical_devices("GPU")
-            devices = [gpus[0].name if gpus else "/device:CPU:0"]
-        return devices
+    # --- XLA: the policy object decides; these are its public faces --------------------------
+    @property
+    def jit_compile(self) -> Union[bool, str]:
+        return self.xla.jit_compile
 
-    def _resolve_jit_compile(self) -> bool:
-        if self.jit_compile != "auto":
-            return bool(self.jit_compile)
-        return any(device_type(d) == "GPU" or self.auto_xla_on_cpu for d in self._replica_devices())
+    @jit_compile.setter
+    def jit_compile(self, value: Union[bool, str]) -> None:
+        self.xla = XlaPolicy(value)
 
-    def _xla_region(self) -> str:
-        """``'step'``: forward, backward and update in one XLA cluster (one replica, no
-        all-reduce in the update); ``'forward_backward'``: the tower and its gradients."""
-        one_device = self.num_replicas == 1 and (
-            self.strategy is tf.distribute.get_strategy() or isinstance(self.strategy, tf.distribute.OneDeviceStrategy))
-        own_reduce = type(self)._reduce_gradients is not Trainer._reduce_gradients
-        return "step" if one_device and not own_reduce else "forward_backward"
+    @property
+    def use_xla(self) -> bool:
+        return self.xla.use_xla
 
-    def _call_train_fn(self, k: int, feeds: list):
-        if self._calls > 0:
-            return self._train_fn(self._steps_tensor(k), *feeds)
-        # the first call: trace, check that XLA can compile the step, compile, run
-        t0 = time.perf_counter()
-        try:
-            concrete = self._train_fn.get_concrete_function(self._steps_tensor(k), *feeds)
-        except RuntimeError as e:
-            # a tower that updates a mirrored tf.Variable itself (not a Keras variable, whose
-            # updates are moved out of the XLA cluster): the strategy's merge_call cannot be in it
-            if not (self.use_xla and "merge_call" in str(e)):
-                raise
-            self._xla_cannot_compile(["an update of a mirrored tf.Variable in the tower"],
-                                     "the strategy synchronises it with a merge_call, which cannot be inside XLA")
-            t0 = time.perf_counter()
-            concrete = self._train_fn.get_concrete_function(self._steps_tensor(k), *feeds)
-        traced = time.perf_counter() - t0
-        if self.use_xla:
-            bad = xla_unsupported_ops(concrete, device_type(self._replica_devices()[0]))
-            if bad:
-                self._xla_cannot_compile(bad, "they have no XLA kernel")
-                t0 = time.perf_counter()
-                self._train_fn.get_concrete_function(self._steps_tensor(k), *feeds)
-                traced = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        try:
-            out = self._train_fn(self._steps_tensor(k), *feeds)
-            out[0].numpy()
-        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError,
-                tf.errors.InternalError) as e:
-            ops = _xla_error_ops(e) if self.use_xla and scalar_cost_error(e) is None else None
-            if ops is None:
-                raise
-            # (one batch per replica was taken from the input by the failed call)
-            self._xla_cannot_compile(ops, f"XLA failed: {str(e).strip().splitlines()[0][:300]}", e)
-            t1 = time.perf_counter()
-            out = self._train_fn(self._steps_tensor(k), *feeds)
-            out[0].numpy()
-        first = time.perf_counter() - t1
-        self.trace_seconds, self.first_call_seconds = traced, first
-        if self.use_xla:
-            logger.info("XLA: compiled the train step (%s) in %.1f s (the first call, %d step(s); tracing "
-                        "took %.1f s before it).", "forward, backward and update" if self.xla_region == "step"
-                        else "forward and backward", first, k, traced)
-        else:
-            logger.info("Traced the train function in %.1f s; its first call (%d step(s)) took %.1f s.",
-                        traced, k, first)
-        return out
+    @property
+    def xla_region(self) -> Optional[str]:
+        return self.xla.region
 
     def disable_xla(self, reason: str) -> None:
         """Train without XLA: for a callback whose graph changes XLA would undo (LMS), called
         in its ``setup_graph``, before the first step. ``jit_compile=True`` keeps XLA, with a warning."""
-        if not self.use_xla:
-            return
-        if self.jit_compile is True:
-            logger.warning("jit_compile=True: XLA stays on although %s.", reason)
-            return
-        logger.info("XLA off (jit_compile='auto'): %s.", reason)
-        self.use_xla = False
-        self._train_fn = self._make_train_function()
+        self.xla.disable(self, reason)
 
-    def _xla_cannot_compile(self, ops: List[str], why: str, error: Optional[Exception] = None) -> None:
-        """jit_compile='auto': warn and rebuild the train function without XLA; True: raise."""
-        names = ", ".join(ops)
-        if self.jit_compile is True:
-            msg = (f"jit_compile=True, but XLA cannot compile the train step: {names} ({why}). Remove "
-                   "these ops from the tower (e.g. tf.py_function, string ops), or use jit_compile='auto' "
-                   "(falls back to no XLA) or False.")
-            if error is not None:
-                raise type(error)(error.node_def, error.op, msg) from error
-            raise ValueError(msg)
-        logger.warning("XLA cannot compile the train step: %s (%s). Training without XLA "
-                       "(jit_compile='auto'); pass jit_compile=False to skip this attempt.", names, why)
-        self.use_xla = False
-        self._train_fn = self._make_train_function()
+    def _call_train_fn(self, k: int, feeds: list):
+        if self.steps.calls > 0:
+            return self._train_fn(self._steps_tensor(k), *feeds)
+        return self.xla.first_call(self, self._steps_tensor(k), feeds)   # trace, check XLA, compile, run
 
     # --- running ---------------------------------------------------------------------------
     def get_hyperparam_var(self, name: str):
@@ -502,26 +357,12 @@ class Trainer:
         return self._callbacks.steps_to_next_trigger() if self._callbacks is not None else None
 
     def _choose_steps(self) -> int:
-        k = self.steps_per_epoch - self.local_step
-        if self.input.requires_feed:
-            return 1
-        wish = self._callbacks_max_steps()
-        if wish is not None:
-            k = min(k, max(1, int(wish)))
-        if self.steps_per_call == "auto":
-            k = min(k, self._auto_k)
-        else:
-            k = min(k, self.steps_per_call)
-        return max(1, k)
+        return self.steps.choose(self.steps_per_epoch - self.local_step, self._callbacks_max_steps(),
+                                 self.input.requires_feed)
 
-    def _update_auto_steps(self, k: int, seconds: float) -> None:
-        self._calls += 1
-        if self._calls <= 1:  # the first call includes tracing
-            return
-        per_step = seconds / k
-        self._step_seconds = per_step if self._step_seconds is None else 0.7 * self._step_seconds + 0.3 * per_step
-        want = self.target_call_seconds / max(self._step_seconds, 1e-7)
-        self._auto_k = int(min(self.max_auto_steps_per_call, max(1, want), self._auto_k * 4))
+    @property
+    def steps_per_call(self) -> Union[str, int]:
+        return self.steps.steps_per_call
 
     def _steps_tensor(self, k: int) -> tf.Tensor:
         t = self._steps_tensors.get(k)
@@ -554,7 +395,7 @@ class Trainer:
                 "for data.") from e
         finally:
             self._call_started = None
-        self._update_auto_steps(k, time.perf_counter() - t0)
+        self.steps.update(k, time.perf_counter() - t0)
         bad_step = self.global_step + first_bad if first_bad >= 0 else -1
         self.global_step += k
         self.local_step += k
@@ -612,7 +453,7 @@ class Trainer:
         self.max_epoch = int(max_epoch)
         self.epoch_num = self.starting_epoch - 1
         cbs = self._callbacks
-        stop = self._stop = StopSignals(self, self.graceful_sigterm, on_tick=self._check_input_stall)
+        stop = self._stop = StopSignals(self, self.graceful_sigterm, on_tick=InputStallReport(self))
         terminated: Optional[TrainingTerminated] = None
         try:
             stop.__enter__()   # inside the try: an interrupt while installing is undone by finally
@@ -658,23 +499,6 @@ class Trainer:
                         "(AutoResumeTrainConfig).", terminated.code)
             raise terminated
 
-    def _check_input_stall(self) -> None:
-        """Watcher thread: report a step that has waited long on an empty input queue."""
-        started = self._call_started
-        if started is None:
-            self._stall_reported = 0.0
-            return
-        waited = time.monotonic() - started
-        if waited < max(self.stall_report_seconds, self._stall_reported + self.stall_report_seconds):
-            return
-        if self.input.fill_level() != 0:
-            return
-        self._stall_reported = waited
-        logger.warning("Training has waited %.0f s for input: %s has no batch ready. Worker processes: %s. "
-                       "A worker that is 'stopped' was paused (SIGSTOP/Ctrl-Z); one that is 'running' is "
-                       "slow or stuck in the DataFlow. Ctrl-C stops training.",
-                       waited, type(self.input).__name__, describe_child_processes())
-
     def train(self, callbacks: Sequence[Callback], monitors: Sequence[Callback],
               session_init: Optional[SessionInit], steps_per_epoch: int, starting_epoch: int,
               max_epoch: int) -> None:
@@ -708,15 +532,3 @@ class Trainer:
     @property
     def epochs_done(self) -> float:
         return self.global_step / self.steps_per_epoch if self.steps_per_epoch else math.nan
-
-
-def _check_default_xla_flags() -> None:
-    """XLA on a GPU: warn (once) if XLA may have read XLA_FLAGS before kerastrainer added its defaults."""
-    state = default_flags_state()
-    if state["result"] == "added" and state["tf_started"] and execute_only_once():
-        logger.warning(
-            "TensorFlow had started before kerastrainer was imported, so XLA may not see the XLA_FLAGS it "
-            "added (%s). A Keras model whose convolutions have biases can then sit for minutes in its first "
-            "XLA compile with the GPU idle. Import kerastrainer before running TensorFlow, or set XLA_FLAGS "
-            "in the shell.", " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
-                                       if f.startswith("--xla_disable_hlo_passes")))

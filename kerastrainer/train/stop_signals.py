@@ -1,4 +1,5 @@
-"""Ctrl-C and SIGTERM during a trainer's main loop: one concern, out of the Trainer.
+"""What a helper thread watches during a trainer's main loop: Ctrl-C and SIGTERM, and input
+that stalls. One concern, out of the Trainer.
 
 What the user sees:
 
@@ -25,9 +26,13 @@ How, and the races it closes:
   is taken over; a handler the program installed itself is left alone, with a warning that
   Ctrl-C then cannot release a step waiting for input.
 
+A stalled input is reported by :class:`InputStallReport`, which the same thread calls about
+once a second: a call that has waited ``trainer.stall_report_seconds`` on an empty input is
+logged, with the DataFlow's worker processes and their state, and again as often.
+
 Example (what ``Trainer.main_loop`` does)::
 
-    with StopSignals(trainer, graceful_sigterm=True, on_tick=trainer_stall_check) as stop:
+    with StopSignals(trainer, graceful_sigterm=True, on_tick=InputStallReport(trainer)) as stop:
         while ...:
             trainer.run_step_call(k)       # raises stop.exception() when stop.requested
 """
@@ -35,13 +40,15 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 import weakref
 from typing import Callable, Dict, Optional
 
 from ..utils import logger
+from ..utils.concurrency import describe_child_processes
 from ..utils.interrupt import SignalWatcher, keep_interrupts_from_finalizers, register_stop_exception
 
-__all__ = ["StopSignals", "TrainingTerminated"]
+__all__ = ["StopSignals", "TrainingTerminated", "InputStallReport"]
 
 
 class TrainingTerminated(SystemExit):
@@ -154,3 +161,31 @@ def _stale_handler(handler) -> bool:
     without restoring it): no program installed it, so it is taken over."""
     owner = getattr(handler, "__self__", None)
     return isinstance(owner, StopSignals) and owner not in _ACTIVE
+
+
+class InputStallReport:
+    """Watcher thread, about once a second: report a call that has waited long on an empty input.
+
+    ``trainer`` needs ``_call_started`` (a ``time.monotonic()`` or None), ``input`` (with
+    ``fill_level()``) and ``stall_report_seconds``."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.reported = 0.0   # the wait of the call in progress last reported (s)
+
+    def __call__(self) -> None:
+        tr = self.trainer
+        started = tr._call_started
+        if started is None:
+            self.reported = 0.0
+            return
+        waited = time.monotonic() - started
+        if waited < max(tr.stall_report_seconds, self.reported + tr.stall_report_seconds):
+            return
+        if tr.input.fill_level() != 0:
+            return
+        self.reported = waited
+        logger.warning("Training has waited %.0f s for input: %s has no batch ready. Worker processes: %s. "
+                       "A worker that is 'stopped' was paused (SIGSTOP/Ctrl-Z); one that is 'running' is "
+                       "slow or stuck in the DataFlow. Ctrl-C stops training.",
+                       waited, type(tr.input).__name__, describe_child_processes())

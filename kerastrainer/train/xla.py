@@ -1,0 +1,232 @@
+"""The XLA policy of a trainer: whether a run uses XLA, over which region of the step, and
+what happens when XLA cannot compile it. One object, :class:`XlaPolicy`, owned by the trainer.
+
+It owns: the decision (``jit_compile`` True / False / ``'auto'``: on where the replicas run on
+GPUs), the region (``'step'``: forward, backward and update in one cluster, for one replica
+without an all-reduce in the update; ``'forward_backward'`` otherwise), the first call of the
+train function (trace, look for ops without an XLA kernel before anything runs, compile,
+and fall back without XLA under ``'auto'`` or raise under ``True``), and the check that XLA
+saw kerastrainer's default flags. It leaves to the trainer: building the train function
+(``trainer._make_train_function()``, which reads ``trainer.xla_region``) and running it.
+
+Example (what ``Trainer`` does)::
+
+    trainer.xla = XlaPolicy(jit_compile='auto')
+    trainer.xla.resolve(trainer)                   # in setup_graph
+    out = trainer.xla.first_call(trainer, k, feeds)  # the first call of the train function
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import List, Optional, Union
+
+import tensorflow as tf
+
+from ..tfutils.tower_func import scalar_cost_error
+from ..utils import logger
+from ..utils.devices import device_type
+from ..utils.utils import execute_only_once
+from ..utils.xla_flags import default_flags_state
+
+__all__ = ["XlaPolicy", "xla_unsupported_ops", "replica_devices"]
+
+_xla_kernels_registered = False
+
+
+def _xla_kernel_registration(x):  # a one-op XLA module (named so in XLA dumps)
+    return x + 1
+
+
+def xla_unsupported_ops(concrete_function, device_type: str = "CPU") -> List[str]:
+    """``'OpType (node)'`` of each op of the XLA-compiled functions in a traced function
+    that has no XLA kernel on ``device_type`` (``'CPU'``/``'GPU'``): what XLA would fail on.
+
+    Read from the graph, before anything runs: no data is consumed, no collective started.
+    """
+    # no public API lists the XLA kernels registered for an op
+    from tensorflow.python.framework import kernels
+
+    global _xla_kernels_registered
+    if not _xla_kernels_registered:  # XLA registers its compilation kernels when first used
+        with tf.device("/device:CPU:0"):
+            tf.function(_xla_kernel_registration, jit_compile=True)(tf.constant(0.0))
+        _xla_kernels_registered = True
+    jit_device = f"XLA_{device_type.upper()}_JIT"
+    library = {f.signature.name: f for f in concrete_function.graph.as_graph_def().library.function}
+    todo = [name for name, f in library.items() if "_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b]
+    seen, bad, supported = set(todo), {}, {}
+    while todo:
+        for node in library[todo.pop()].node_def:
+            called = [node.op] if node.op in library else []
+            for value in node.attr.values():
+                called += [value.func.name] if value.HasField("func") else [f.name for f in value.list.func]
+            for name in called:
+                if name in library and name not in seen:
+                    seen.add(name)
+                    todo.append(name)
+            if node.op in library:
+                continue
+            if node.op not in supported:
+                supported[node.op] = any(kd.device_type == jit_device
+                                         for kd in kernels.get_registered_kernels_for_op(node.op).kernel)
+            if not supported[node.op]:
+                bad.setdefault(node.op, node.name)
+    return [f"{op} ({name})" for op, name in sorted(bad.items())]
+
+
+_NO_XLA_KERNEL = re.compile(r"No registered '([^']+)' OpKernel for XLA_\w+ devices")
+
+
+def xla_error_ops(error: Exception) -> Optional[List[str]]:
+    """The ops an XLA compile error names, or None when the error is not XLA's."""
+    msg = str(error)
+    if not re.search(r"XLA_\w+_JIT|tf2xla|XLA compilation|_XlaMustCompile", msg):
+        return None
+    return sorted(set(_NO_XLA_KERNEL.findall(msg))) or ["(an op XLA rejected, see the message)"]
+
+
+def replica_devices(strategy: tf.distribute.Strategy) -> List[str]:
+    """The devices this process's replicas run on."""
+    try:
+        devices = list(strategy.extended.worker_devices)
+    except (RuntimeError, AttributeError, NotImplementedError):  # the default strategy has none
+        devices = []
+    if not devices:
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [gpus[0].name if gpus else "/device:CPU:0"]
+    return devices
+
+
+def check_default_xla_flags() -> None:
+    """XLA on a GPU: warn (once) if XLA may have read XLA_FLAGS before kerastrainer added its defaults."""
+    state = default_flags_state()
+    if state["result"] == "added" and state["tf_started"] and execute_only_once():
+        logger.warning(
+            "TensorFlow had started before kerastrainer was imported, so XLA may not see the XLA_FLAGS it "
+            "added (%s). A Keras model whose convolutions have biases can then sit for minutes in its first "
+            "XLA compile with the GPU idle. Import kerastrainer before running TensorFlow, or set XLA_FLAGS "
+            "in the shell.", " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
+                                       if f.startswith("--xla_disable_hlo_passes")))
+
+
+class XlaPolicy:
+    """Whether and where a trainer uses XLA (see the module docstring).
+
+    Attributes:
+        jit_compile: what was asked: True, False or ``'auto'``.
+        use_xla: what this run does (set by :meth:`resolve`, cleared by a fallback).
+        region: ``'step'``, ``'forward_backward'`` or None (no XLA).
+    """
+
+    def __init__(self, jit_compile: Union[bool, str] = "auto"):
+        if isinstance(jit_compile, str) and jit_compile != "auto" or jit_compile not in (True, False, "auto"):
+            raise ValueError(f"jit_compile must be True, False or 'auto'; got {jit_compile!r}")
+        self.jit_compile = jit_compile if jit_compile == "auto" else bool(jit_compile)
+        self.use_xla = False
+        self.region: Optional[str] = None
+
+    # --- deciding ------------------------------------------------------------------------
+    def resolve(self, trainer) -> None:
+        """Decide ``use_xla`` for the trainer's replicas (in ``setup_graph``, before the train function)."""
+        devices = replica_devices(trainer.strategy)
+        if self.jit_compile != "auto":
+            self.use_xla = bool(self.jit_compile)
+        else:
+            self.use_xla = any(device_type(d) == "GPU" or trainer.auto_xla_on_cpu for d in devices)
+        if self.use_xla and any(device_type(d) == "GPU" for d in devices):
+            check_default_xla_flags()
+
+    def region_for(self, trainer) -> Optional[str]:
+        """Set and return the region the train function being built compiles (None: no XLA)."""
+        if not self.use_xla:
+            self.region = None
+            return None
+        from .base import Trainer
+        one_device = trainer.num_replicas == 1 and (
+            trainer.strategy is tf.distribute.get_strategy()
+            or isinstance(trainer.strategy, tf.distribute.OneDeviceStrategy))
+        own_reduce = type(trainer)._reduce_gradients is not Trainer._reduce_gradients
+        self.region = "step" if one_device and not own_reduce else "forward_backward"
+        return self.region
+
+    # --- the first call ------------------------------------------------------------------
+    def first_call(self, trainer, steps: tf.Tensor, feeds: list):
+        """Trace the train function, check that XLA can compile the step, compile, run once.
+        Records ``trainer.trace_seconds`` and ``trainer.first_call_seconds``."""
+        t0 = time.perf_counter()
+        try:
+            concrete = trainer._train_fn.get_concrete_function(steps, *feeds)
+        except RuntimeError as e:
+            # a tower that updates a mirrored tf.Variable itself (not a Keras variable, whose
+            # updates are moved out of the XLA cluster): the strategy's merge_call cannot be in it
+            if not (self.use_xla and "merge_call" in str(e)):
+                raise
+            self.cannot_compile(trainer, ["an update of a mirrored tf.Variable in the tower"],
+                                "the strategy synchronises it with a merge_call, which cannot be inside XLA")
+            t0 = time.perf_counter()
+            concrete = trainer._train_fn.get_concrete_function(steps, *feeds)
+        traced = time.perf_counter() - t0
+        if self.use_xla:
+            bad = xla_unsupported_ops(concrete, device_type(replica_devices(trainer.strategy)[0]))
+            if bad:
+                self.cannot_compile(trainer, bad, "they have no XLA kernel")
+                t0 = time.perf_counter()
+                trainer._train_fn.get_concrete_function(steps, *feeds)
+                traced = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        try:
+            out = trainer._train_fn(steps, *feeds)
+            out[0].numpy()
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError,
+                tf.errors.InternalError) as e:
+            ops = xla_error_ops(e) if self.use_xla and scalar_cost_error(e) is None else None
+            if ops is None:
+                raise
+            # (one batch per replica was taken from the input by the failed call)
+            self.cannot_compile(trainer, ops, f"XLA failed: {str(e).strip().splitlines()[0][:300]}", e)
+            t1 = time.perf_counter()
+            out = trainer._train_fn(steps, *feeds)
+            out[0].numpy()
+        first = time.perf_counter() - t1
+        trainer.trace_seconds, trainer.first_call_seconds = traced, first
+        k = int(steps.numpy())
+        if self.use_xla:
+            logger.info("XLA: compiled the train step (%s) in %.1f s (the first call, %d step(s); tracing "
+                        "took %.1f s before it).", "forward, backward and update" if self.region == "step"
+                        else "forward and backward", first, k, traced)
+        else:
+            logger.info("Traced the train function in %.1f s; its first call (%d step(s)) took %.1f s.",
+                        traced, k, first)
+        return out
+
+    # --- giving XLA up -------------------------------------------------------------------
+    def disable(self, trainer, reason: str) -> None:
+        """Train without XLA (a callback whose graph changes XLA would undo, e.g. LMS), before the
+        first step. ``jit_compile=True`` keeps XLA, with a warning."""
+        if not self.use_xla:
+            return
+        if self.jit_compile is True:
+            logger.warning("jit_compile=True: XLA stays on although %s.", reason)
+            return
+        logger.info("XLA off (jit_compile='auto'): %s.", reason)
+        self._rebuild_without(trainer)
+
+    def cannot_compile(self, trainer, ops: List[str], why: str, error: Optional[Exception] = None) -> None:
+        """``'auto'``: warn and rebuild the train function without XLA; True: raise naming the ops."""
+        names = ", ".join(ops)
+        if self.jit_compile is True:
+            msg = (f"jit_compile=True, but XLA cannot compile the train step: {names} ({why}). Remove "
+                   "these ops from the tower (e.g. tf.py_function, string ops), or use jit_compile='auto' "
+                   "(falls back to no XLA) or False.")
+            if error is not None:
+                raise type(error)(error.node_def, error.op, msg) from error
+            raise ValueError(msg)
+        logger.warning("XLA cannot compile the train step: %s (%s). Training without XLA "
+                       "(jit_compile='auto'); pass jit_compile=False to skip this attempt.", names, why)
+        self._rebuild_without(trainer)
+
+    def _rebuild_without(self, trainer) -> None:
+        self.use_xla = False
+        trainer._train_fn = trainer._make_train_function()
