@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..callbacks.base import Callback, StopTraining
+from ..callbacks.defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 from ..compat.global_step import global_step_of, set_current_global_step
 from ..compat.keras_random import with_keras_random_state
 from ..compat.optimizer import learning_rate_variable
@@ -519,7 +520,6 @@ class Trainer:
         """tensorpack's ``train_with_defaults``: :meth:`train` with the default extra callbacks and
         monitors where not given (call :meth:`setup_graph` first). ``steps_per_epoch`` defaults to
         the input's size; ``session_creator`` has no TF2 meaning and is warned about."""
-        from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS
         if session_creator is not None:
             logger.warning("train_with_defaults(session_creator=...) has no meaning in TF2 (no sessions); "
                            "it is ignored.")

@@ -3,29 +3,18 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..callbacks.base import Callback
+from ..callbacks.defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 from ..dataflow.base import check_dataflow
 from ..input_source.base import InputSource
 from ..tfutils.sessinit import SmartInit
 from ..utils import logger
+from .base import Trainer
+from .model_desc import ModelDescBase
 
 __all__ = ["TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS", "DEFAULT_MONITORS"]
-
-
-def DEFAULT_CALLBACKS() -> List[Callback]:  # noqa: N802 (tensorpack's name)
-    """The callbacks every run gets unless ``extra_callbacks`` says otherwise."""
-    from ..callbacks import (EstimatedTimeLeft, MovingAverageSummary, ProgressBar, TerminateOnNonFinite,
-                             ThroughputTracker)
-    return [MovingAverageSummary(), ProgressBar(), TerminateOnNonFinite(), ThroughputTracker(),
-            EstimatedTimeLeft()]
-
-
-def DEFAULT_MONITORS() -> List[Callback]:  # noqa: N802
-    """TensorBoard events, ``stats.json`` and the console table."""
-    from ..callbacks import JSONWriter, ScalarPrinter, TFEventWriter
-    return [TFEventWriter(), JSONWriter(), ScalarPrinter()]
 
 
 class TrainConfig:
@@ -86,6 +75,23 @@ class TrainConfig:
             raise ValueError(f"starting_epoch counts from 1; got {starting_epoch}")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be positive; got {steps_per_epoch}")
+
+
+    def check_has_data(self) -> None:
+        if self.data is None and self.dataflow is None:
+            raise ValueError("TrainConfig has no data: give dataflow= (a DataFlow) or data= (an InputSource).")
+
+    def check_launchable(self, trainer) -> None:
+        """What ``launch_train_with_config(config, trainer)`` needs beyond the arguments' own checks."""
+        if not isinstance(trainer, Trainer):
+            raise TypeError(f"launch_train_with_config needs a Trainer instance; got {type(trainer).__name__}. "
+                            "Did you pass the class instead of SimpleTrainer()?")
+        if self.model is None:
+            raise ValueError("TrainConfig has no model: give model=YourModelDesc().")
+        if not isinstance(self.model, ModelDescBase):
+            raise TypeError(f"TrainConfig(model=...) must be a ModelDesc; got {type(self.model).__name__}. "
+                            "For a Keras model use kerastrainer.KerasModel.")
+        self.check_has_data()
 
 
 def _whole(name: str, value) -> int:

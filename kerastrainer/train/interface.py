@@ -1,4 +1,7 @@
-"""launch_train_with_config: check a TrainConfig, give it an input, and train."""
+"""launch_train_with_config: give a checked TrainConfig its input, and train.
+
+Every check of a config lives in config.py (its arguments when made, ``check_launchable`` when
+launched, ``resolve_steps_per_epoch`` once the input is known); this module only wires them."""
 from __future__ import annotations
 
 from ..compat.graph_mode import eager_inside_tf1_graph
@@ -9,7 +12,6 @@ from ..utils import logger
 from ..utils.devices import get_num_gpu
 from .base import Trainer
 from .config import TrainConfig, resolve_steps_per_epoch
-from .model_desc import ModelDescBase
 
 __all__ = ["launch_train_with_config", "apply_default_input", "staged_on_gpus"]
 
@@ -19,8 +21,7 @@ def apply_default_input(config: TrainConfig) -> InputSource:
     (with StagingInput around it when there are GPUs)."""
     if config.data is not None:
         return config.data
-    if config.dataflow is None:
-        raise ValueError("TrainConfig has no data: give dataflow= (a DataFlow) or data= (an InputSource).")
+    config.check_has_data()
     return staged_on_gpus(QueueInput(config.dataflow))
 
 
@@ -39,14 +40,7 @@ def launch_train_with_config(config: TrainConfig, trainer: Trainer) -> Trainer:
 
         launch_train_with_config(TrainConfig(model=M(), dataflow=df, max_epoch=5), SimpleTrainer())
     """
-    if not isinstance(trainer, Trainer):
-        raise TypeError(f"launch_train_with_config needs a Trainer instance; got {type(trainer).__name__}. "
-                        "Did you pass the class instead of SimpleTrainer()?")
-    if config.model is None:
-        raise ValueError("TrainConfig has no model: give model=YourModelDesc().")
-    if not isinstance(config.model, ModelDescBase):
-        raise TypeError(f"TrainConfig(model=...) must be a ModelDesc; got {type(config.model).__name__}. "
-                        "For a Keras model use kerastrainer.KerasModel.")
+    config.check_launchable(trainer)
     with eager_inside_tf1_graph():  # tensorpack programs may train inside `with tf.Graph().as_default()`
         return _launch(config, trainer)
 
