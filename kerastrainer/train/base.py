@@ -1,4 +1,4 @@
-"""The Trainer: builds the model once, traces a multi-step train function, runs callbacks.
+"""The Trainer: builds the model once, runs the train function call after call, runs callbacks.
 
 The run flow (see DESIGN.md): variables are created once by tracing the tower in
 the strategy's scope; the optimizer is built; then one ``tf.function`` runs ``k``
@@ -6,12 +6,19 @@ steps in a ``tf.range`` loop, each step pulling its batch in-graph from the
 InputSource, in every replica. Python runs only between calls: counters and
 callbacks.
 
-Subclasses choose the distribution strategy (:meth:`Trainer._make_strategy`) and
-may post-process gradients (:meth:`Trainer._reduce_gradients`).
+What this module owns: the set-up (strategy, variables, optimizer, checkpoint), the main loop
+(epochs, calls, counters, callbacks), and the hooks subclasses override (the strategy,
+:meth:`Trainer._make_strategy`; a reduction of gradients, :meth:`Trainer._reduce_gradients`).
+What it leaves to others, one concern each:
+
+- ``train_function.py``: what a step computes (cost, gradients, update, statistics, NaN check);
+- ``xla.py``: whether and where XLA compiles the step, and the first call's checks;
+- ``steps_per_call.py``: how many steps the next call runs;
+- ``stop_signals.py``: Ctrl-C, SIGTERM and stalled input, watched from a helper thread;
+- ``config.py``: checking what the user asked for.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import signal
 import time
@@ -24,15 +31,14 @@ import tensorflow as tf
 from ..callbacks.base import Callback, StopTraining
 from ..callbacks.defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 from ..compat.global_step import global_step_of, set_current_global_step
-from ..compat.keras_random import with_keras_random_state
 from ..compat.optimizer import learning_rate_variable
 from ..input_source.base import InputSource, InputSourceError
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..tfutils.tower_func import scalar_cost_error
 from ..utils import logger
-from ..utils.devices import current_replica_index
 from .steps_per_call import StepsPerCall
 from .stop_signals import InputStallReport, StopSignals, TrainingTerminated
+from .train_function import build_train_function
 from .xla import XlaPolicy, xla_unsupported_ops  # noqa: F401 (xla_unsupported_ops: its old path)
 
 __all__ = ["Trainer", "StopTraining", "TrainingTerminated"]
@@ -40,24 +46,6 @@ __all__ = ["Trainer", "StopTraining", "TrainingTerminated"]
 
 _PRECISIONS = {None: None, "fp32": None, "float32": None, "bf16": "mixed_bfloat16",
                "mixed_bfloat16": "mixed_bfloat16", "fp16": "mixed_float16", "mixed_float16": "mixed_float16"}
-
-
-# a per-replica output of the step: 1.0 where a gradient holds NaN or Inf
-NONFINITE_GRADS = "_nonfinite_grads"
-
-
-class _DeferredUpdates(keras.StatelessScope):
-    """Keras-variable updates made in the scope are recorded, not applied: ``updates`` maps
-    ``id(variable)`` to ``(variable, new value)``; reads in the scope see the new values."""
-
-    def __init__(self):
-        super().__init__()
-        self.updates: Dict[int, tuple] = {}
-
-    def add_update(self, update):
-        variable, value = update
-        self.updates[id(variable)] = (variable, value)
-        super().add_update(update)
 
 
 class Trainer:
@@ -184,112 +172,8 @@ class Trainer:
                     f"{sum(int(np.prod(v.shape)) for v in self.trainable_variables):,}", self.num_replicas)
 
     def _make_train_function(self):
-        strategy = self.strategy
-        num_replicas = self.num_replicas
-        opt = self.optimizer
-        variables = self.trainable_variables
-        tower = self.tower_func
-        source = self.input
-        summary_names = list(tower.summary_names)
-        # The trainer reports the returned cost as 'cost'. A moving summary the tower itself
-        # names 'cost' (tensorpack programs often add_moving_summary the cost they return) is
-        # reported under that name instead, as in tensorpack; the trainer's own then goes under
-        # '_cost' (hidden from the monitors, still checked for NaN).
-        cost_key = "_cost" if "cost" in summary_names else "cost"
-        histogram_names = list(tower.histogram_names)
-        loss_scale = isinstance(opt, keras.optimizers.LossScaleOptimizer)
-        scale = 1.0 / num_replicas if self.average else 1.0
-        # XLA region: never the input's dequeue (queue and iterator ops have no XLA kernel);
-        # the update too where it has no all-reduce (see _xla_region)
-        self.xla.region_for(self)
-        # A strategy synchronises an update of a mirrored variable (BatchNorm statistics) with
-        # a merge_call, which cannot run inside a nested function: with XLA on the tower only,
-        # its Keras-variable updates are collected in the cluster and applied after it.
-        defer = self.xla_region == "forward_backward"
-        deferred: Dict[int, list] = {}  # replica -> the Keras variables its tower updates
-
-        def forward_backward(*inputs):
-            rid = current_replica_index()
-            updates = _DeferredUpdates() if defer else contextlib.nullcontext()
-            with tf.GradientTape() as tape, updates:
-                cost, ctx = tower(*inputs, name=f"tower{rid}", is_training=True, index=rid, total=num_replicas)
-                cost32 = tf.cast(cost, tf.float32)
-                loss = cost32 * scale
-                if loss_scale:
-                    loss = opt.scale_loss(loss)
-            grads = tape.gradient(loss, variables)
-            # NaN/Inf in the input can leave the cost finite (max(NaN, 0) is 0 on some kernels) and
-            # still poison the gradients: the non-finite check looks at both
-            finite = [tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None]
-            outs = {cost_key: cost32,
-                    NONFINITE_GRADS: 1.0 - tf.cast(tf.reduce_all(finite) if finite else True, tf.float32)}
-            for n in summary_names:
-                # only the main tower records summaries; the others add zeros to the sum
-                outs[n] = tf.cast(ctx.moving_summaries[n], tf.float32) if n in ctx.moving_summaries \
-                    else tf.constant(0.0)
-            hists = {n: ctx.tensor_summaries.get(n, tf.zeros([0])) for n in histogram_names}
-            new_values = []
-            if defer:
-                deferred[rid] = [v for v, _ in updates.updates.values()]
-                new_values = [value for _, value in updates.updates.values()]
-            return grads, outs, hists, new_values
-
-        def update(grads):
-            pairs = [(g, v) for g, v in zip(self._reduce_gradients(list(grads)), variables) if g is not None]
-            if not pairs:
-                raise ValueError("No gradient flows from the cost to any trainable variable.")
-            opt.apply_gradients(pairs)
-
-        def whole_step(*inputs):
-            grads, outs, hists, new_values = forward_backward(*inputs)
-            for v, value in zip(deferred.get(current_replica_index(), []), new_values):
-                v.assign(value)
-            update(grads)
-            return outs, hists
-
-        if self.xla_region == "step":
-            whole_step = tf.function(whole_step, jit_compile=True)
-        elif self.xla_region == "forward_backward":
-            forward_backward = tf.function(forward_backward, jit_compile=True)
-
-        def replica_step(*feeds):
-            inputs = list(feeds) if source.requires_feed else source.get_input_tensors()
-            return whole_step(*inputs)
-
-        mean, total = tf.distribute.ReduceOp.MEAN, tf.distribute.ReduceOp.SUM
-
-        global_step = self.global_step_var
-
-        def train_calls(k, *feeds):
-            acc = {n: tf.constant(0.0) for n in [cost_key] + summary_names}
-            first_bad = tf.constant(-1, tf.int64)
-            first_bad_grads = tf.constant(-1, tf.int64)
-            # histograms (vectors) and images (NHWC) of the call's last step, from the main
-            # tower (replica 0); an empty value of unknown shape, so the loop may change it
-            hist = {n: tf.compat.v1.placeholder_with_default(tf.zeros([0]), shape=None)
-                    for n in histogram_names}
-            for i in tf.range(k):
-                # Keras keeps its random-seed state per thread, and replicas trace in threads of their own
-                per_replica, per_replica_hist = strategy.run(with_keras_random_state(replica_step), args=feeds)
-                global_step.assign_add(1)
-                step = {n: strategy.reduce(mean if n == cost_key else total, per_replica[n], axis=None)
-                        for n in acc}
-                acc = {n: acc[n] + step[n] for n in acc}
-                hist = {n: strategy.experimental_local_results(per_replica_hist[n])[0] for n in histogram_names}
-                bad = tf.logical_not(tf.math.is_finite(step[cost_key]))
-                bad_grads = strategy.reduce(total, per_replica[NONFINITE_GRADS], axis=None) > 0
-                first_bad = tf.where(tf.logical_and(first_bad < 0, tf.logical_or(bad, bad_grads)),
-                                     tf.cast(i, tf.int64), first_bad)
-                first_bad_grads = tf.where(tf.logical_and(first_bad_grads < 0, bad_grads), tf.cast(i, tf.int64),
-                                           first_bad_grads)
-            kf = tf.cast(k, tf.float32)
-            # one vector, so the host fetches the call's outputs in one transfer
-            packed = tf.stack([acc[n] / kf for n in acc] + [tf.cast(first_bad_grads, tf.float32),
-                                                             tf.cast(first_bad, tf.float32)])
-            return packed, hist
-
-        self._output_names = [cost_key] + summary_names
-        return tf.function(train_calls)
+        fn, self._output_names = build_train_function(self)
+        return fn
 
     # --- XLA: the policy object decides; these are its public faces --------------------------
     @property

@@ -1,0 +1,154 @@
+"""The train function: one ``tf.function`` that runs ``k`` training steps of every replica.
+
+It owns what a step computes: the tower's cost on the replica's batch (pulled in-graph from
+the InputSource), the gradients (the loss scaled by ``1 / replicas`` when averaging, and by
+the loss-scale optimizer under fp16), the update, the statistics (moving summaries summed over
+the replicas: only the main tower records them; histograms of the main tower's last step), and
+the non-finite check (the first step of the call whose cost or gradients were NaN/Inf). It
+leaves to the trainer: the strategy, the variables and the optimizer (made in ``setup_graph``),
+the XLA region (``trainer.xla``), and running the function.
+
+Example (what ``Trainer`` does)::
+
+    fn, output_names = build_train_function(trainer)
+    packed, histograms = fn(tf.constant(k), *feeds)   # outputs... , first bad grads step, first bad step
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Dict, List, Tuple
+
+import keras
+import tensorflow as tf
+
+from ..compat.keras_random import with_keras_random_state
+from ..utils.devices import current_replica_index
+
+__all__ = ["build_train_function", "NONFINITE_GRADS"]
+
+
+# a per-replica output of the step: 1.0 where a gradient holds NaN or Inf
+NONFINITE_GRADS = "_nonfinite_grads"
+
+
+class _DeferredUpdates(keras.StatelessScope):
+    """Keras-variable updates made in the scope are recorded, not applied: ``updates`` maps
+    ``id(variable)`` to ``(variable, new value)``; reads in the scope see the new values."""
+
+    def __init__(self):
+        super().__init__()
+        self.updates: Dict[int, tuple] = {}
+
+    def add_update(self, update):
+        variable, value = update
+        self.updates[id(variable)] = (variable, value)
+        super().add_update(update)
+
+
+def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunction, List[str]]:
+    """The multi-step train function of ``trainer`` (set up) and the names of its outputs."""
+    strategy = trainer.strategy
+    num_replicas = trainer.num_replicas
+    opt = trainer.optimizer
+    variables = trainer.trainable_variables
+    tower = trainer.tower_func
+    source = trainer.input
+    summary_names = list(tower.summary_names)
+    # The trainer reports the returned cost as 'cost'. A moving summary the tower itself
+    # names 'cost' (tensorpack programs often add_moving_summary the cost they return) is
+    # reported under that name instead, as in tensorpack; the trainer's own then goes under
+    # '_cost' (hidden from the monitors, still checked for NaN).
+    cost_key = "_cost" if "cost" in summary_names else "cost"
+    histogram_names = list(tower.histogram_names)
+    loss_scale = isinstance(opt, keras.optimizers.LossScaleOptimizer)
+    scale = 1.0 / num_replicas if trainer.average else 1.0
+    # XLA region: never the input's dequeue (queue and iterator ops have no XLA kernel);
+    # the update too where it has no all-reduce (see _xla_region)
+    trainer.xla.region_for(trainer)
+    # A strategy synchronises an update of a mirrored variable (BatchNorm statistics) with
+    # a merge_call, which cannot run inside a nested function: with XLA on the tower only,
+    # its Keras-variable updates are collected in the cluster and applied after it.
+    defer = trainer.xla_region == "forward_backward"
+    deferred: Dict[int, list] = {}  # replica -> the Keras variables its tower updates
+
+    def forward_backward(*inputs):
+        rid = current_replica_index()
+        updates = _DeferredUpdates() if defer else contextlib.nullcontext()
+        with tf.GradientTape() as tape, updates:
+            cost, ctx = tower(*inputs, name=f"tower{rid}", is_training=True, index=rid, total=num_replicas)
+            cost32 = tf.cast(cost, tf.float32)
+            loss = cost32 * scale
+            if loss_scale:
+                loss = opt.scale_loss(loss)
+        grads = tape.gradient(loss, variables)
+        # NaN/Inf in the input can leave the cost finite (max(NaN, 0) is 0 on some kernels) and
+        # still poison the gradients: the non-finite check looks at both
+        finite = [tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None]
+        outs = {cost_key: cost32,
+                NONFINITE_GRADS: 1.0 - tf.cast(tf.reduce_all(finite) if finite else True, tf.float32)}
+        for n in summary_names:
+            # only the main tower records summaries; the others add zeros to the sum
+            outs[n] = tf.cast(ctx.moving_summaries[n], tf.float32) if n in ctx.moving_summaries \
+                else tf.constant(0.0)
+        hists = {n: ctx.tensor_summaries.get(n, tf.zeros([0])) for n in histogram_names}
+        new_values = []
+        if defer:
+            deferred[rid] = [v for v, _ in updates.updates.values()]
+            new_values = [value for _, value in updates.updates.values()]
+        return grads, outs, hists, new_values
+
+    def update(grads):
+        pairs = [(g, v) for g, v in zip(trainer._reduce_gradients(list(grads)), variables) if g is not None]
+        if not pairs:
+            raise ValueError("No gradient flows from the cost to any trainable variable.")
+        opt.apply_gradients(pairs)
+
+    def whole_step(*inputs):
+        grads, outs, hists, new_values = forward_backward(*inputs)
+        for v, value in zip(deferred.get(current_replica_index(), []), new_values):
+            v.assign(value)
+        update(grads)
+        return outs, hists
+
+    if trainer.xla_region == "step":
+        whole_step = tf.function(whole_step, jit_compile=True)
+    elif trainer.xla_region == "forward_backward":
+        forward_backward = tf.function(forward_backward, jit_compile=True)
+
+    def replica_step(*feeds):
+        inputs = list(feeds) if source.requires_feed else source.get_input_tensors()
+        return whole_step(*inputs)
+
+    mean, total = tf.distribute.ReduceOp.MEAN, tf.distribute.ReduceOp.SUM
+
+    global_step = trainer.global_step_var
+
+    def train_calls(k, *feeds):
+        acc = {n: tf.constant(0.0) for n in [cost_key] + summary_names}
+        first_bad = tf.constant(-1, tf.int64)
+        first_bad_grads = tf.constant(-1, tf.int64)
+        # histograms (vectors) and images (NHWC) of the call's last step, from the main
+        # tower (replica 0); an empty value of unknown shape, so the loop may change it
+        hist = {n: tf.compat.v1.placeholder_with_default(tf.zeros([0]), shape=None)
+                for n in histogram_names}
+        for i in tf.range(k):
+            # Keras keeps its random-seed state per thread, and replicas trace in threads of their own
+            per_replica, per_replica_hist = strategy.run(with_keras_random_state(replica_step), args=feeds)
+            global_step.assign_add(1)
+            step = {n: strategy.reduce(mean if n == cost_key else total, per_replica[n], axis=None)
+                    for n in acc}
+            acc = {n: acc[n] + step[n] for n in acc}
+            hist = {n: strategy.experimental_local_results(per_replica_hist[n])[0] for n in histogram_names}
+            bad = tf.logical_not(tf.math.is_finite(step[cost_key]))
+            bad_grads = strategy.reduce(total, per_replica[NONFINITE_GRADS], axis=None) > 0
+            first_bad = tf.where(tf.logical_and(first_bad < 0, tf.logical_or(bad, bad_grads)),
+                                 tf.cast(i, tf.int64), first_bad)
+            first_bad_grads = tf.where(tf.logical_and(first_bad_grads < 0, bad_grads), tf.cast(i, tf.int64),
+                                       first_bad_grads)
+        kf = tf.cast(k, tf.float32)
+        # one vector, so the host fetches the call's outputs in one transfer
+        packed = tf.stack([acc[n] / kf for n in acc] + [tf.cast(first_bad_grads, tf.float32),
+                                                         tf.cast(first_bad, tf.float32)])
+        return packed, hist
+
+    return tf.function(train_calls), [cost_key] + summary_names
