@@ -110,7 +110,7 @@ def test_xla_equals_no_xla_with_two_towers(kind):
 def test_auto_falls_back_when_a_tower_updates_a_mirrored_tf_variable(kt_log):
     import tensorflow as tf
     from _models import MLP
-    from kerastrainer.tfutils.layer_store import get_variable
+    from kerastrainer.tfutils import get_variable
     from kerastrainer.train import SyncMultiGPUTrainerReplicated
 
     class CountsBatches(MLP):

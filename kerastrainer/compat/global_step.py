@@ -69,14 +69,14 @@ def get_global_step_var() -> tf.Variable:
     increments in-graph after each step; in a callback it is the running trainer's.
     """
     # imported here: tfutils imports this module (tfutils.common mirrors tensorpack's path)
-    from ..tfutils.layer_store import get_default_layer_store
-    from ..tfutils.tower import get_current_tower_context
+    from ..tfutils.tower import current_layer_store, get_current_tower_context
     global _logged
-    ctx = get_current_tower_context()
-    store = ctx.layer_store if ctx is not None else getattr(_local, "store", None)
-    if store is None and _current is not None:
-        return _current
-    var = global_step_of(store if store is not None else get_default_layer_store())
+    store = None
+    if get_current_tower_context() is None:  # outside a tower: optimizer()'s store, else the trainer's step
+        store = getattr(_local, "store", None)
+        if store is None and _current is not None:
+            return _current
+    var = global_step_of(store if store is not None else current_layer_store())
     if not _logged:
         _logged = True
         logger.info("get_global_step_var(): the trainer's step counter, incremented in-graph after "

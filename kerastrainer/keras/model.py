@@ -60,6 +60,7 @@ import tensorflow as tf
 from ..callbacks.inference import ScalarStats
 from ..callbacks.inference_runner import InferenceRunner
 from ..dataflow.base import is_dataflow
+from ..dataflow.shard import ShardedDataFlow, shard_dataflow
 from ..input_source.base import InputSource, InputSourceError
 from ..train.base import Trainer
 from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, TrainConfig
@@ -67,7 +68,6 @@ from ..train.interface import launch_train_with_config, staged_on_gpus
 from ..train.trainers import SimpleTrainer
 from ..utils import logger
 from ..utils.casting import cast_exactly
-from ..utils.cluster import ShardedDataFlow, shard_dataflow
 from .adapter import KerasModelDesc
 from .callbacks import KerasCallback, wrap_keras_callbacks
 from .data import DEFAULT_BATCH_SIZE, SHARE_SPEC, KerasData, _FirstBatches, _FlatBatches, _map, as_keras_data

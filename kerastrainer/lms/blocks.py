@@ -30,8 +30,8 @@ from typing import Callable, Optional, Union
 
 import tensorflow as tf
 
-from ..models.registry import current_layer_store, layer_scope
-from ..tfutils.tower import TowerContext, current_scope_name, get_current_tower_context
+from ..tfutils.tower import TowerContext, current_layer_store, current_scope_name, get_current_tower_context, \
+    layer_scope
 from . import _state
 
 __all__ = ["lms_block", "current_block_key"]

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Callable, Dict, Iterator, Sequence, Union
 
+from ._shape_log import log_layer_shapes_once
+
 __all__ = ["argscope", "get_arg_scope", "enable_argscope_for_function", "enable_argscope_for_module"]
 
 _local = threading.local()
@@ -118,8 +120,6 @@ def enable_argscope_for_function(func: Callable, log_shape: bool = True) -> Call
         with argscope(dense, units=10):
             y = dense(x, name='fc')
     """
-    from .registry import log_layer_shapes_once  # circular at import time
-
     sig = inspect.signature(func)
     has_varkw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
 

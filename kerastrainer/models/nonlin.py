@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ..tfutils.layer_store import get_variable
+from ..tfutils.tower import get_variable
 from . import _common as C
 from .registry import layer_register
 

@@ -27,116 +27,25 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
-import weakref
-from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, Optional
+from typing import Callable, Dict, Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from ..tfutils.layer_store import LayerStore, get_default_layer_store, record_layer_shape
-from ..tfutils.tower import current_scope_name, get_current_tower_context
-from ..utils import logger
+from ..tfutils.tower import current_layer_store, current_scope_name, layer_scope
+from ._shape_log import disable_layer_logging, log_layer_shapes_once
 from .arg_scope import get_arg_scope
 
 __all__ = ["layer_register", "keras_layer", "get_keras_layer", "current_layer_store",
            "get_registered_layer", "layer_scope", "disable_layer_logging", "VariableHolder"]
 
 _LAYER_REGISTRY: Dict[str, Callable] = {}
-_logged_lock = threading.Lock()
-_logged: "weakref.WeakKeyDictionary[LayerStore, set]" = weakref.WeakKeyDictionary()
-
-
-def current_layer_store() -> LayerStore:
-    """The store of the current tower, or the default store outside any tower.
-
-    Example::
-
-        with TowerContext('tower0', is_training=True, layer_store=store):
-            assert current_layer_store() is store
-    """
-    ctx = get_current_tower_context()
-    return ctx.layer_store if ctx is not None else get_default_layer_store()
 
 
 def _scoped(name: str) -> str:
     scope = current_scope_name()
     return f"{scope}/{name}" if scope else name
-
-
-@contextmanager
-def layer_scope(name: str) -> Iterator[str]:
-    """Enter the name scope of layer ``name``; yields its key (``'res1/conv0'``).
-
-    The scope is re-entered by absolute name, so calling it twice inside one
-    ``tf.function`` gives the same key (plain ``tf.name_scope`` would make ``conv0_1``).
-
-    Example::
-
-        with layer_scope('head') as key:     # key == 'head' at the top level
-            w = keras_layer('fc', lambda: keras.layers.Dense(10))
-    """
-    if not isinstance(name, str) or not name or name.startswith("/") or name.endswith("/"):
-        raise ValueError(f"A layer name must be a non-empty string without leading or trailing "
-                         f"'/', got {name!r}.")
-    outer = tf.get_current_name_scope()
-    full = f"{outer}/{name}" if outer else name
-    with tf.name_scope(full + "/"):
-        yield current_scope_name()
-
-
-_logging_disabled = False
-
-
-def disable_layer_logging() -> None:
-    """Stop logging layers' input and output shapes (tensorpack's ``disable_layer_logging``).
-
-    Example::
-
-        disable_layer_logging()
-    """
-    global _logging_disabled
-    _logging_disabled = True
-
-
-def _logged_keys(store: LayerStore) -> set:
-    with _logged_lock:
-        keys = _logged.get(store)
-        if keys is None:
-            keys = set()
-            _logged[store] = keys
-        return keys
-
-
-def _shape_str(x) -> str:
-    if isinstance(x, (list, tuple)):
-        return ",".join(_shape_str(t) for t in x)
-    shape = getattr(x, "shape", None)
-    if shape is None:
-        return type(x).__name__
-    try:
-        return str(list(tf.TensorShape(shape).as_list()))
-    except (ValueError, TypeError):
-        return str(shape)
-
-
-def log_layer_shapes_once(key: str, inputs, outputs) -> None:
-    """Record the input and output shapes of layer ``key`` the first time it is built."""
-    if _logging_disabled:
-        return
-    ctx = get_current_tower_context()
-    if ctx is not None and not ctx.is_main_training_tower and ctx.is_training:
-        return
-    keys = _logged_keys(current_layer_store())
-    with _logged_lock:
-        if key in keys:
-            return
-        keys.add(key)
-    # one table after the model is built (TowerFunction.build), not two lines per layer
-    record_layer_shape(current_layer_store(), key, _shape_str(inputs), _shape_str(outputs))
-    logger.debug("%s input: %s, output: %s", key, _shape_str(inputs), _shape_str(outputs))
 
 
 def keras_layer(name: str, factory: Callable[[], object],

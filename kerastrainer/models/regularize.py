@@ -22,9 +22,8 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from ..tfutils.tower import get_current_tower_context
+from ..tfutils.tower import current_layer_store, get_current_tower_context
 from ..utils import logger
-from .registry import current_layer_store
 
 __all__ = ["regularize_cost", "regularize_cost_from_collection", "l2_regularizer", "l1_regularizer"]
 

@@ -35,6 +35,7 @@ from typing import Callable, Dict, Sequence, Tuple
 import keras
 import tensorflow as tf
 
+from ..lms.blocks import lms_block
 from .arg_scope import argscope, get_arg_scope
 from .batch_norm import BatchNorm, BNReLU
 from .conv2d import Conv2D
@@ -119,7 +120,6 @@ def resnet_group(name: str, x, block_func: Callable, channels: int, count: int, 
     """``count`` blocks under scope ``name``; the first one strides. Each block is an LMS block
     (``'group0/block1'``...): under an active :class:`~kerastrainer.lms.LMS` it can be
     recomputed or offloaded; otherwise it is a plain call in its name scope."""
-    from ..lms.blocks import lms_block   # here: kerastrainer.lms imports the models package
     with tf.name_scope(name):
         for i in range(count):
             x = lms_block(f"block{i}", block_func)(x, channels, stride if i == 0 else 1)
@@ -129,7 +129,6 @@ def resnet_group(name: str, x, block_func: Callable, channels: int, count: int, 
 def preact_group(name: str, x, block_func: Callable, channels: int, count: int, stride: int):
     """Pre-activation blocks under scope ``name`` (LMS blocks, as in :func:`resnet_group`), then
     ``bnlast`` (BN-ReLU)."""
-    from ..lms.blocks import lms_block
     with tf.name_scope(name):
         for i in range(count):
             x = lms_block(f"block{i}", block_func)(x, channels, stride if i == 0 else 1, i > 0)
@@ -155,7 +154,6 @@ def resnet_backbone(image, num_blocks: Sequence[int], group_func: Callable, bloc
     if len(num_blocks) != 4:
         raise ValueError(f"resnet_backbone: num_blocks needs 4 entries (one per group), got {num_blocks!r}.")
     he_fan_out = keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
-    from ..lms.blocks import lms_block
     with argscope(Conv2D, use_bias=False, kernel_initializer=he_fan_out):
         # the stem holds a fifth of the activations at 224 px: an LMS block too, in no scope of
         # its own, so that its layers keep their names (conv0, pool0)

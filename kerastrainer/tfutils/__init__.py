@@ -1,9 +1,9 @@
 """TF-level pieces shared by layers, callbacks, trainers and predictors."""
-from .layer_store import LayerStore, get_default_layer_store, get_variable, reset_default_layer_store
+from .layer_store import LayerStore, get_default_layer_store, reset_default_layer_store
 from .sessinit import (ChainInit, CheckpointInit, CheckpointLoadError, DictRestore, JustCurrentSession,
                        NpzInit, SaverRestore, SessionInit, SmartInit, get_checkpoint_path)
 from .summary import add_moving_summary, add_param_summary, add_tensor_summary
-from .tower import TowerContext, get_current_tower_context
+from .tower import TowerContext, get_current_tower_context, get_variable
 from .tower_func import ModelVariables, TowerFunction
 from . import gradproc, optimizer, sessinit, summary, tower  # noqa: E402 (named in __all__)
 from .common import get_global_step_value, get_global_step_var, get_tf_version_tuple  # noqa: E402

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-__all__ = ["LayerStore", "get_default_layer_store", "reset_default_layer_store", "get_variable"]
+__all__ = ["LayerStore", "get_default_layer_store", "reset_default_layer_store"]
 
 
 class LayerStore(tf.Module):
@@ -188,13 +188,3 @@ def reset_default_layer_store() -> None:
     graph = _outer_graph()
     with _default_lock:
         _default_stores.pop(graph, None)
-
-
-def get_variable(name: str, shape=None, dtype=tf.float32, initializer=None, trainable: bool = True):
-    """Create (once) or reuse a variable of the current tower's store, by scoped name."""
-    from .tower import current_scope_name, get_current_tower_context
-    ctx = get_current_tower_context()
-    store = ctx.layer_store if ctx is not None else get_default_layer_store()
-    scope = current_scope_name()
-    full = f"{scope}/{name}" if scope else name
-    return store.get_variable(full, shape=shape, dtype=dtype, initializer=initializer, trainable=trainable)

@@ -18,11 +18,15 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import tensorflow as tf
 
-__all__ = ["TowerContext", "get_current_tower_context", "current_scope_name"]
+from .layer_store import LayerStore, get_default_layer_store
+
+__all__ = ["TowerContext", "get_current_tower_context", "current_scope_name", "current_layer_store",
+           "layer_scope", "get_variable"]
 
 _local = threading.local()
 
@@ -89,9 +93,8 @@ class TowerContext:
         return self.name
 
     @property
-    def layer_store(self):
+    def layer_store(self) -> LayerStore:
         if self._layer_store is None:
-            from .layer_store import get_default_layer_store
             return get_default_layer_store()
         return self._layer_store
 
@@ -122,3 +125,47 @@ def get_current_tower_context() -> Optional[TowerContext]:
     """The innermost :class:`TowerContext` of this thread, or None outside any tower."""
     stack = _stack()
     return stack[-1] if stack else None
+
+
+def current_layer_store() -> LayerStore:
+    """The store of the current tower, or the default store outside any tower.
+
+    The one place that says which store is current: functional layers, ``get_variable``,
+    LMS blocks and the global step all ask here.
+
+    Example::
+
+        with TowerContext('tower0', is_training=True, layer_store=store):
+            assert current_layer_store() is store
+    """
+    ctx = get_current_tower_context()
+    return ctx.layer_store if ctx is not None else get_default_layer_store()
+
+
+@contextmanager
+def layer_scope(name: str) -> Iterator[str]:
+    """Enter the name scope of layer ``name``; yields its key (``'res1/conv0'``).
+
+    The scope is re-entered by absolute name, so calling it twice inside one
+    ``tf.function`` gives the same key (plain ``tf.name_scope`` would make ``conv0_1``).
+
+    Example::
+
+        with layer_scope('head') as key:     # key == 'head' at the top level
+            w = keras_layer('fc', lambda: keras.layers.Dense(10))
+    """
+    if not isinstance(name, str) or not name or name.startswith("/") or name.endswith("/"):
+        raise ValueError(f"A layer name must be a non-empty string without leading or trailing "
+                         f"'/', got {name!r}.")
+    outer = tf.get_current_name_scope()
+    full = f"{outer}/{name}" if outer else name
+    with tf.name_scope(full + "/"):
+        yield current_scope_name()
+
+
+def get_variable(name: str, shape=None, dtype=tf.float32, initializer=None, trainable: bool = True):
+    """Create (once) or reuse a variable of the current tower's store, by scoped name."""
+    scope = current_scope_name()
+    full = f"{scope}/{name}" if scope else name
+    return current_layer_store().get_variable(full, shape=shape, dtype=dtype, initializer=initializer,
+                                              trainable=trainable)

@@ -3,11 +3,10 @@ from .base import StopTraining, Trainer, TrainingTerminated
 from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, TrainConfig
 from .interface import launch_train_with_config
 from .model_desc import ModelDesc, ModelDescBase
-from .trainers import (SimpleTrainer, SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer,
+from .trainers import (NoOpTrainer, SimpleTrainer, SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer,
                        SyncMultiGPUTrainerReplicated)
 from .multiworker import MultiWorkerTrainer
 from .horovod import HorovodTrainer
-from .noop import NoOpTrainer
 
 __all__ = ["Trainer", "StopTraining", "TrainingTerminated", "TrainConfig", "AutoResumeTrainConfig", "DEFAULT_CALLBACKS",
            "DEFAULT_MONITORS", "launch_train_with_config", "ModelDesc", "ModelDescBase", "SimpleTrainer",

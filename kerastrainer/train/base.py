@@ -118,6 +118,9 @@ class Trainer:
         """Hook for trainers that reduce gradients themselves (Horovod); identity by default."""
         return grads
 
+    # (read by the XLA policy: an update without a reduction of its own may join the XLA cluster)
+    _reduce_gradients.identity = True
+
     @property
     def num_replicas(self) -> int:
         return self.strategy.num_replicas_in_sync

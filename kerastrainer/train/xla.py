@@ -143,11 +143,10 @@ class XlaPolicy:
         if not self.use_xla:
             self.region = None
             return None
-        from .base import Trainer
         one_device = trainer.num_replicas == 1 and (
             trainer.strategy is tf.distribute.get_strategy()
             or isinstance(trainer.strategy, tf.distribute.OneDeviceStrategy))
-        own_reduce = type(trainer)._reduce_gradients is not Trainer._reduce_gradients
+        own_reduce = not getattr(type(trainer)._reduce_gradients, "identity", False)
         self.region = "step" if one_device and not own_reduce else "forward_backward"
         return self.region
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
@@ -127,9 +128,10 @@ class LogDirLock:
             os.close(fd)
             self._raise_locked(holder)
         if holder.get("pid") not in (None, os.getpid()):
-            from . import logger
-            logger.warning("Taking over the stale lock of log directory '%s', left by %s, which is no "
-                           "longer running.", self.dirname, _describe(holder))
+            # the project logger by name: utils.logger configures it and takes this lock
+            logging.getLogger("kerastrainer").warning(
+                "Taking over the stale lock of log directory '%s', left by %s, which is no "
+                "longer running.", self.dirname, _describe(holder))
         record = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
                   "argv": " ".join(sys.argv)[:500]}
         os.ftruncate(fd, 0)

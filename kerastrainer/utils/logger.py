@@ -37,6 +37,9 @@ import sys
 from datetime import datetime
 from typing import Optional
 
+from ._cluster_env import get_cluster_info, is_private_log_dir, private_log_dir
+from .dirlock import LogDirLock
+
 __all__ = ["set_logger_dir", "auto_set_dir", "get_logger_dir", "info", "warn", "warning",
            "error", "exception", "debug", "critical", "setLevel"]
 
@@ -130,7 +133,6 @@ def set_logger_dir(dirname: str, action: Optional[str] = None) -> None:
             when ``dirname`` exists and is not empty.
     """
     global LOG_DIR
-    from .dirlock import LogDirLock
     dirname = _worker_log_dir(os.path.normpath(dirname))
     # before deleting, moving or appending to it: is another run using it?
     if _DIR_LOCK is None or os.path.abspath(_DIR_LOCK.dirname) != os.path.abspath(dirname):
@@ -188,7 +190,6 @@ def _worker_log_dir(dirname: str) -> str:
     directory (its lock, its checkpoints; actions 'd' and 'b' must not touch it from a worker).
     The rank comes from the launcher's variables (kerastrainer-run, TF_CONFIG, SLURM, horovodrun,
     mpirun; see ``utils.cluster``)."""
-    from .cluster import get_cluster_info, is_private_log_dir, private_log_dir
     info_ = get_cluster_info()
     if info_.size <= 1 or info_.rank == 0 or is_private_log_dir(dirname, info_.rank):
         return dirname
@@ -203,7 +204,6 @@ def _worker_log_dir(dirname: str) -> str:
 def _lock_dir(dirname: str) -> None:
     """Hold ``dirname``'s lock (one training per log directory), giving back the previous one."""
     global _DIR_LOCK
-    from .dirlock import LogDirLock
     if (_DIR_LOCK is not None and os.path.abspath(_DIR_LOCK.dirname) == os.path.abspath(dirname)
             and os.path.exists(_DIR_LOCK.path)):
         return

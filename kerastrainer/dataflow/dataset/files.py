@@ -6,20 +6,12 @@ reader keeps its files in its own sub-directory there unless given ``dir=``.
 from __future__ import annotations
 
 import os
-import shutil
 import tarfile
-import urllib.request
 from typing import Iterable, Optional, Sequence
 
-from ...utils import logger
+from ...utils.fs import download, get_dataset_path
 
 __all__ = ["get_dataset_path", "download", "extract_tar", "DatasetFilesNotFound", "single_file"]
-
-
-def get_dataset_path(*names: str) -> str:
-    """``$KERASTRAINER_DATASET/<names...>`` (default root ``~/kerastrainer_data``)."""
-    root = os.environ.get("KERASTRAINER_DATASET") or os.path.join(os.path.expanduser("~"), "kerastrainer_data")
-    return os.path.join(root, *names)
 
 
 class DatasetFilesNotFound(FileNotFoundError):
@@ -29,38 +21,6 @@ class DatasetFilesNotFound(FileNotFoundError):
         self.dataset, self.directory, self.expected = dataset, directory, list(expected)
         lines = "\n".join(f"  - {e}" for e in expected)
         super().__init__(f"{dataset}: files not found under '{directory}'. Expected:\n{lines}\n{how_to_get}")
-
-
-def download(url: str, dest_dir: str, filename: Optional[str] = None, timeout: float = 60.0) -> str:
-    """Fetch ``url`` into ``dest_dir`` (atomically: a partial file never keeps the final name).
-
-    Returns the path of the file. Does nothing when it is already there.
-
-    Example::
-
-        path = download('https://example.org/data.tar.gz', '/tmp/data')
-    """
-    filename = filename or os.path.basename(url.rstrip("/"))
-    os.makedirs(dest_dir, exist_ok=True)
-    path = os.path.join(dest_dir, filename)
-    if os.path.isfile(path):
-        return path
-    tmp = path + ".part"
-    logger.info("Downloading %s to %s ...", url, path)
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as out:
-            shutil.copyfileobj(resp, out, length=1 << 20)
-    except (OSError, ValueError) as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise RuntimeError(f"Download of {url} failed ({e}). Fetch it by hand and place it at '{path}'.") from e
-    size = os.path.getsize(tmp)
-    if size == 0:
-        os.remove(tmp)
-        raise RuntimeError(f"Download of {url} produced an empty file. Fetch it by hand and place it at '{path}'.")
-    os.replace(tmp, path)
-    logger.info("Downloaded %s (%.1f MB).", path, size / 1e6)
-    return path
 
 
 def extract_tar(path: str, dest_dir: str) -> None:

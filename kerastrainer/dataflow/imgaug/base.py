@@ -15,13 +15,13 @@ Example::
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ...utils import logger
 from ...utils.rng import get_rng
-from .transform import FunctionTransform, PhotometricTransform, Transform
+from ._transforms import FunctionTransform, LazyTransform, PhotometricTransform, Transform, TransformList
 
 
 class _CallWithParam:
@@ -261,13 +261,61 @@ class PhotometricAugmentor(ImageAugmentor):
         return PhotometricTransform(_CallWithParam(self._apply, params), name=f"{type(self).__name__}({params!r})")
 
 
+def _as_augmentor_list(augmentors, who: str):
+    if isinstance(augmentors, ImageAugmentor):
+        augmentors = [augmentors]
+    augmentors = list(augmentors)
+    for i, a in enumerate(augmentors):
+        if not isinstance(a, ImageAugmentor):
+            raise TypeError(f"{who}: item {i} is a {type(a).__name__}, not an ImageAugmentor.")
+    return augmentors
+
+
+class AugmentorList(ImageAugmentor):
+    """Apply several augmentors in order; the drawn transform is a :class:`TransformList`.
+
+    Each augmentor draws its transform from the output of the previous one, so
+    sizes chain correctly (e.g. ``ResizeShortestEdge`` then ``CenterCrop``).
+
+    Example::
+
+        augs = AugmentorList([ResizeShortestEdge(256), CenterCrop(224)])
+        augs.reset_state()
+        out, tfm = augs.augment_return_params(img)
+        mask_out = tfm.apply_mask(mask)
+    """
+
+    def __init__(self, augmentors: Sequence[ImageAugmentor]):
+        self.augmentors = _as_augmentor_list(augmentors, type(self).__name__)
+        super().__init__()
+
+    def reset_state(self) -> None:
+        super().reset_state()
+        for a in self.augmentors:
+            a.reset_state()
+
+    def _ordered(self):
+        return self.augmentors
+
+    def augment_return_params(self, img: np.ndarray) -> Tuple[np.ndarray, Transform]:
+        check_image(img, type(self).__name__)
+        tfms = []
+        for a in self._ordered():
+            t = a.get_transform(img)
+            img = t.apply_image(img)
+            tfms.append(t)
+        return img, TransformList(tfms)
+
+    def get_transform(self, img: np.ndarray) -> Transform:
+        """The transforms of the list, without computing the image: the first is drawn
+        from ``img``, each later one from its input when the list is first applied to an
+        image (:class:`LazyTransform`), so ``get_transform(img).apply_image(img)`` does the
+        work once. Apply it to an image before replaying it on coordinates or masks."""
+        check_image(img, type(self).__name__)
+        augs = self._ordered()
+        if not augs:
+            return TransformList([])
+        return TransformList([augs[0].get_transform(img)] + [LazyTransform(a.get_transform) for a in augs[1:]])
+
+
 Augmentor = ImageAugmentor  # tensorpack's older name for the same class
-
-
-def __getattr__(name: str):
-    # tensorpack's tests import AugmentorList from imgaug.base; it lives in compose.py
-    # (which imports this module), so it is looked up on first access.
-    if name == "AugmentorList":
-        from .compose import AugmentorList
-        return AugmentorList
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

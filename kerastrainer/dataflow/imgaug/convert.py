@@ -6,8 +6,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from ._cv2 import cv2
+from ._transforms import FunctionTransform, PhotometricTransform
 from .base import ImageAugmentor
-from .transform import FunctionTransform, PhotometricTransform
 
 __all__ = ["MapImage", "ToUint8", "ToFloat32", "ColorSpace", "Grayscale"]
 

@@ -7,9 +7,9 @@ from typing import Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ...utils import logger
+from ._transforms import CropTransform, PhotometricTransform, ResizeTransform, TransformList
 from .base import ImageAugmentor
 from .resize import parse_shape
-from .transform import CropTransform, PhotometricTransform, ResizeTransform, TransformList
 
 __all__ = ["RandomCrop", "CenterCrop", "GoogleNetRandomCropAndResize", "RandomCropRandomShape", "RandomCutout"]
 

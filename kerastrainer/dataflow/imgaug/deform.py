@@ -6,8 +6,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ._cv2 import cv2
+from ._transforms import Transform
 from .base import ImageAugmentor
-from .transform import Transform
 
 __all__ = ["GaussianDeform"]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ._transforms import Transform
 from .base import ImageAugmentor
-from .transform import Transform
 
 __all__ = ["IAAugmentor", "Albumentations"]
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ._transforms import FlipTransform, NoOpTransform
 from .base import ImageAugmentor
-from .transform import FlipTransform, NoOpTransform
 
 __all__ = ["Flip"]
 

@@ -16,10 +16,10 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ._cv2 import cv2
+from ._transforms import FlipTransform, PhotometricTransform, TransformList
 from .base import ImageAugmentor
 from .crop import GoogleNetRandomCropAndResize
 from .jitter import FusedColorJitter
-from .transform import FlipTransform, PhotometricTransform, TransformList
 
 __all__ = ["DecodeRandomResizedCrop", "jpeg_size"]
 

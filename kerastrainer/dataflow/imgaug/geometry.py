@@ -7,8 +7,8 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ._cv2 import cv2
+from ._transforms import CropTransform, NoOpTransform, TransformList, TransposeTransform, WarpAffineTransform
 from .base import ImageAugmentor
-from .transform import CropTransform, NoOpTransform, TransformList, TransposeTransform, WarpAffineTransform
 
 __all__ = ["Shift", "Rotation", "RotationAndCropValid", "Affine", "Transpose"]
 

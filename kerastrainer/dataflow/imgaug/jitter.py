@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ._cv2 import cv2
+from ._transforms import PhotometricTransform
 from .base import ImageAugmentor
 from .lighting import Lighting
-from .transform import PhotometricTransform
 
 __all__ = ["FusedColorJitter"]
 

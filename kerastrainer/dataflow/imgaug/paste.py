@@ -5,9 +5,9 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from ._transforms import Transform
 from .base import ImageAugmentor
 from .resize import parse_shape
-from .transform import Transform
 
 __all__ = ["BackgroundFiller", "ConstantBackgroundFiller", "CenterPaste", "RandomPaste"]
 

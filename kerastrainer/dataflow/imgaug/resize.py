@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import Optional, Sequence, Union
 
 from ...utils import logger
+from ._transforms import ResizeTransform
 from .base import ImageAugmentor
-from .transform import ResizeTransform
 
 __all__ = ["Resize", "ResizeShortestEdge", "RandomResize"]
 

@@ -1,0 +1,316 @@
+"""The import graph of kerastrainer: no cycles, and each layer imports only what is below it.
+
+The graph is read from the source (``ast``), not by importing: one node per module, one
+edge per ``import`` / ``from ... import`` of a kerastrainer module, at the top of a file or
+inside a function alike (a function-level import made only to dodge a cycle is still the
+cycle). ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to
+``pkg`` (its ``__init__``). Imports under ``if TYPE_CHECKING:`` never run and are left out;
+``importlib.import_module`` calls (the lazy star-exports of ``kerastrainer/__init__.py``) are
+not imports of a module by name and are not read either.
+
+The layers (docs/internals.md, "Layers and the import rule"):
+``utils`` <- ``dataflow`` <- ``tfutils``, ``callbacks``, ``input_source``, ``lms``, ``models``
+<- ``train`` <- ``predict``, ``keras``; ``compat`` builds on the core.
+"""
+import ast
+import os
+from collections import defaultdict
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PKG = "kerastrainer"
+
+# Modules that only re-export names at a tensorpack (or keras_experiments) path. Their edges
+# are left out of the package-level check: the path is tensorpack's, not a layering choice.
+# They must hold no logic (checked below). A module-level cycle through one of them still fails.
+ALIAS_MODULES = {
+    "kerastrainer.tfutils.argscope": "tensorpack.tfutils.argscope -> models/arg_scope.py",
+    "kerastrainer.tfutils.export": "tensorpack.tfutils.export -> predict/export.py",
+    "kerastrainer.tfutils.common": "tensorpack.tfutils.common -> compat/global_step.py, compat/tensors.py",
+    "kerastrainer.tfutils.gradproc": "tensorpack.tfutils.gradproc -> compat/gradproc.py",
+    "kerastrainer.tfutils.optimizer": "tensorpack.tfutils.optimizer -> compat/gradproc.py",
+    "kerastrainer.callbacks.summary": "tensorpack.callbacks.summary -> compat/callbacks.py, callbacks/steps.py",
+    "kerastrainer.contrib.keras": "tensorpack.contrib.keras -> compat/keras_callback.py, keras/",
+    "kerastrainer.train.noop": "the old path of NoOpTrainer -> train/trainers.py",
+    "kerastrainer.dataflow.imgaug.transform": "tensorpack's imgaug.transform -> _transforms.py, base.py",
+}
+
+# The core importing compat/ (the TF1 translations) is issue 25 item 2's work; until then
+# these, and no others, are allowed. An entry that disappears is fine; a new edge fails.
+KNOWN_CORE_TO_COMPAT = {
+    # tensorpack-path aliases inside the core (see ALIAS_MODULES); item 2 decides where they live
+    ("kerastrainer.tfutils.common", "kerastrainer.compat.global_step"),
+    ("kerastrainer.tfutils.common", "kerastrainer.compat.tensors"),
+    ("kerastrainer.tfutils.gradproc", "kerastrainer.compat.gradproc"),
+    ("kerastrainer.tfutils.optimizer", "kerastrainer.compat.gradproc"),
+    ("kerastrainer.callbacks.summary", "kerastrainer.compat.callbacks"),
+    # TowerFunction: Keras layers' training phase in a tower, tfv1.get_variable into the store
+    ("kerastrainer.tfutils.tower_func", "kerastrainer.compat.keras_phase"),
+    ("kerastrainer.tfutils.tower_func", "kerastrainer.compat.variables"),
+    # the trainer: the in-graph global step, Keras 3's unseeded random ops, TF1 optimizers
+    ("kerastrainer.train.base", "kerastrainer.compat.global_step"),
+    ("kerastrainer.train.train_function", "kerastrainer.compat.keras_random"),
+    ("kerastrainer.train.base", "kerastrainer.compat.optimizer"),
+    # launch_train_with_config inside a program's `with tf.Graph().as_default():`
+    ("kerastrainer.train.interface", "kerastrainer.compat.graph_mode"),
+    # ModelDesc.optimizer() may return a tf.compat.v1.train optimizer
+    ("kerastrainer.train.model_desc", "kerastrainer.compat.optimizer"),
+    # KerasModel.compile() accepts a tf.compat.v1.train optimizer (function-level import)
+    ("kerastrainer.keras.model", "kerastrainer.compat.optimizer"),
+}
+
+# utils/ imports nothing above it, but for this one plain re-export: the documented path
+# of shard_dataflow / ShardedDataFlow (docs/multi-node.md) is kerastrainer.utils.cluster;
+# the DataFlow itself lives in dataflow/shard.py, which takes the rank from utils/_cluster_env.py.
+UTILS_REEXPORTS = {
+    ("kerastrainer.utils.cluster", "kerastrainer.dataflow.shard"),
+}
+
+# Packages that may import train/ (besides train/ itself); examples/ and bench/ are outside.
+IMPORTERS_OF_TRAIN = {"keras", "predict"}
+
+# The order of the core's subpackages (docs/internals.md): each imports only lower ranks.
+LAYERS = {"utils": 0, "dataflow": 1, "tfutils": 2, "callbacks": 3, "input_source": 4, "lms": 4,
+          "models": 5, "train": 6, "predict": 7, "keras": 7}
+
+
+def _module_files():
+    mods = {}
+    root = os.path.join(REPO, PKG)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith((".", "__pycache__"))]
+        for f in filenames:
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, f)
+            name = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+            is_pkg = name.endswith(".__init__")
+            if is_pkg:
+                name = name[: -len(".__init__")]
+            mods[name] = (path, is_pkg)
+    return mods
+
+
+def _known(name, mods):
+    while name not in mods and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def _targets(node, module, is_pkg, mods):
+    if isinstance(node, ast.Import):
+        return [_known(a.name, mods) for a in node.names if a.name.split(".")[0] == PKG]
+    if node.level:
+        base = module.split(".") if is_pkg else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        src = ".".join(base + ([node.module] if node.module else []))
+    else:
+        src = node.module or ""
+        if src.split(".")[0] != PKG:
+            return []
+    return [f"{src}.{a.name}" if f"{src}.{a.name}" in mods else _known(src, mods) for a in node.names]
+
+
+def _is_type_checking(node):
+    test = node.test
+    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _build_graph():
+    """``{module: {imported module: [(line, 'top' | 'function')]}}`` and ``{module: ast}``."""
+    mods = _module_files()
+    graph, trees = {}, {}
+    for module, (path, is_pkg) in mods.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+        trees[module] = tree
+        edges = defaultdict(list)
+
+        def visit(node, in_function):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and _is_type_checking(child):
+                    for sub in child.orelse:
+                        visit(ast.Module(body=[sub], type_ignores=[]), in_function)
+                    continue
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    for target in _targets(child, module, is_pkg, mods):
+                        where = (child.lineno, "function" if in_function else "top")
+                        if target != module and where not in edges[target]:
+                            edges[target].append(where)
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                ast.Lambda)))
+
+        visit(tree, False)
+        graph[module] = dict(edges)
+    return graph, trees
+
+
+GRAPH, TREES = _build_graph()
+
+
+def _package(module):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _edges():
+    for src, targets in GRAPH.items():
+        for dst, where in targets.items():
+            yield src, dst, where
+
+
+def _cycles(graph):
+    """Strongly connected components with more than one node (Tarjan, iterative)."""
+    index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph.get(root, ())))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            advanced = False
+            for nxt in it:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(graph.get(nxt, ()))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.add(w)
+                    if w == node:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+    return out
+
+
+def _describe(edges):
+    return "\n".join(f"  {src} -> {dst} (line {', '.join(f'{ln} {kind}' for ln, kind in where)})"
+                     for src, dst, where in sorted(edges))
+
+
+def test_the_graph_is_read():
+    # a resolver that silently found nothing would make every test below pass
+    assert len(GRAPH) > 150
+    assert "kerastrainer.utils.logger" in GRAPH["kerastrainer.dataflow.common"]
+    assert "kerastrainer.tfutils.layer_store" in GRAPH["kerastrainer.tfutils.tower"]
+    assert any(kind == "function" for _, _, where in _edges() for _, kind in where)
+
+
+def test_no_import_cycles_between_modules():
+    cycles = _cycles({m: set(t) for m, t in GRAPH.items()})
+    report = []
+    for comp in cycles:
+        report.append(_describe([(s, d, w) for s, d, w in _edges() if s in comp and d in comp]))
+    assert not cycles, "import cycles (break them; a function-level import does not):\n" + "\n\n".join(report)
+
+
+def test_no_import_cycles_between_packages():
+    allowed = KNOWN_CORE_TO_COMPAT | UTILS_REEXPORTS
+    graph, kept = defaultdict(set), []
+    for src, dst, where in _edges():
+        a, b = _package(src), _package(dst)
+        if a and b and a != b and src not in ALIAS_MODULES and (src, dst) not in allowed:
+            graph[a].add(b)
+            kept.append((src, dst, where))
+    cycles = _cycles(graph)
+    report = [_describe([(s, d, w) for s, d, w in kept if _package(s) in c and _package(d) in c]) for c in cycles]
+    assert not cycles, "subpackages import each other:\n" + "\n\n".join(report)
+
+
+def test_subpackages_import_only_downward():
+    allowed = KNOWN_CORE_TO_COMPAT | UTILS_REEXPORTS
+    bad = [(s, d, w) for s, d, w in _edges()
+           if _package(s) in LAYERS and _package(d) in LAYERS and _package(s) != _package(d)
+           and LAYERS[_package(d)] >= LAYERS[_package(s)] and s not in ALIAS_MODULES and (s, d) not in allowed]
+    assert not bad, "imports against the order of the layers (LAYERS):\n" + _describe(bad)
+
+
+def test_utils_imports_nothing_above_it():
+    bad = [(s, d, w) for s, d, w in _edges()
+           if _package(s) == "utils" and _package(d) != "utils" and (s, d) not in UTILS_REEXPORTS]
+    assert not bad, "utils/ imports a layer above it:\n" + _describe(bad)
+
+
+def test_dataflow_imports_only_utils():
+    bad = [(s, d, w) for s, d, w in _edges()
+           if _package(s) == "dataflow" and _package(d) not in ("dataflow", "utils")]
+    assert not bad, "dataflow/ imports something of ours besides utils/:\n" + _describe(bad)
+
+
+def _imports_tf_at_load(tree):
+    for node in tree.body:
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        if any(n.split(".")[0] in ("tensorflow", "keras") for n in names):
+            return True
+    return False
+
+
+def test_dataflow_uses_only_the_tensorflow_free_part_of_utils():
+    reached, todo = set(), [m for m in GRAPH if _package(m) == "dataflow"]
+    while todo:
+        m = todo.pop()
+        for dst, where in GRAPH[m].items():
+            if dst not in reached and any(kind == "top" for _, kind in where):
+                reached.add(dst)
+                todo.append(dst)
+    bad = sorted(m for m in reached if _package(m) == "utils" and _imports_tf_at_load(TREES[m]))
+    assert not bad, f"dataflow/ loads utils modules that import TensorFlow at load: {bad}"
+
+
+def test_only_keras_and_predict_import_train():
+    bad = [(s, d, w) for s, d, w in _edges()
+           if _package(d) == "train" and _package(s) not in IMPORTERS_OF_TRAIN | {"train"}]
+    assert not bad, "train/ is imported from below it:\n" + _describe(bad)
+
+
+def test_the_core_imports_compat_only_where_known():
+    bad = [(s, d, w) for s, d, w in _edges()
+           if _package(d) == "compat" and _package(s) not in ("compat", "contrib")
+           and (s, d) not in KNOWN_CORE_TO_COMPAT]
+    assert not bad, ("the core imports compat/ (which builds on it); KNOWN_CORE_TO_COMPAT lists the "
+                     "known ones, issue 25 item 2:\n" + _describe(bad))
+
+
+def _holds_logic(tree):
+    for i, node in enumerate(tree.body):
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and (node.targets[0].id == "__all__" or isinstance(node.value, (ast.Name, ast.Attribute)))):
+            continue  # __all__, or another name for an imported object
+        return f"line {node.lineno}: {type(node).__name__}"
+    return None
+
+
+@pytest.mark.parametrize("module", sorted(ALIAS_MODULES))
+def test_alias_modules_hold_no_logic(module):
+    assert module in TREES, f"{module} is listed in ALIAS_MODULES but does not exist"
+    logic = _holds_logic(TREES[module])
+    assert logic is None, f"{module} is listed as an alias module but holds logic ({logic})"
