@@ -19,6 +19,9 @@ in time is reported as "not finished" (``fit`` with XLA gets ``--fit-timeout``).
      ``examples/imagenet/imagenet-resnet-keras.py`` builds it, the fake DataFlow.
    - keras.Model.fit: the *same* Keras model, compiled the same way, fed by an in-memory
      ``tf.data`` pipeline (``from_tensors(batch).repeat().prefetch``): fit's fastest input.
+     ``fit-xla-kt`` (not a default row): fit with XLA under the ``XLA_FLAGS`` that ``import
+     kerastrainer`` adds (with Keras's own, fit's XLA compile stalled on an H100) and
+     ``steps_per_execution=10``: the best fit settings that finish.
    "XLA on" is kerastrainer's default ``jit_compile='auto'`` on a GPU (``True`` on CPU,
    where 'auto' means off); "XLA off" is ``jit_compile=False``; fit gets
    ``jit_compile=True`` / ``False``. Each child trains one warm-up epoch (tracing, XLA
@@ -37,6 +40,9 @@ in time is reported as "not finished" (``fit`` with XLA gets ``--fit-timeout``).
    Also images/s per CPU second, which other people's load on a shared machine
    disturbs less than wall-clock rates.
 
+``--child train-rows --row-list KEY[:STEPS],...`` runs several rows one after the other in one
+process (``bench/gpu/check.py`` uses it to fit one device call; see bench/gpu/README.md).
+
 Run (after ``bash bench/setup_env.sh`` for tensorpack)::
 
     python bench/resnet50.py --device gpu             # on a GPU: bf16, 224 px, batch 128
@@ -47,6 +53,7 @@ Run (after ``bash bench/setup_env.sh`` for tensorpack)::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -82,6 +89,9 @@ ROWS = {
     "km-xla": ("KerasModel (keras ResNet50), XLA on", "train-kerasmodel", "queue", "on"),
     "fit": ("keras.Model.fit (same keras ResNet50), XLA off", "train-fit", "tfdata", "off"),
     "fit-xla": ("keras.Model.fit (same keras ResNet50), XLA on", "train-fit", "tfdata", "on"),
+    # fit's XLA with the XLA_FLAGS kerastrainer adds at import (Keras's own defaults stalled on an H100)
+    "fit-xla-kt": ("keras.Model.fit (same keras ResNet50), XLA on, kerastrainer's XLA flags, steps_per_execution=10",
+                   "train-fit", "tfdata", "on"),
     # diagnostics of the slow Keras compile (docs/training.md), not run by default
     "km-xla-nobias": ("KerasModel, keras ResNet50 with bias-free convs, XLA on", "train-kerasmodel", "nobias", "on"),
     "km-xla-noautotune": ("KerasModel, XLA on, XLA_FLAGS=--xla_gpu_autotune_level=0", "train-kerasmodel", "queue",
@@ -91,8 +101,23 @@ ROWS = {
 }
 DEFAULT_ROWS = ["md-dummy-xla", "md-queue", "md-queue-xla", "md-queue-step-xla", "md-jpeg-xla", "km", "km-xla", "fit",
                 "fit-xla"]
-ROW_XLA_FLAGS = {"km-xla-noautotune": "--xla_gpu_autotune_level=0"}
+
+
+def _kerastrainer_xla_flags() -> str:
+    """The flags ``import kerastrainer`` adds to XLA_FLAGS, read from its module file: importing the
+    package here would add them to this driver's environment, and so to every row's."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "_kt_xla_flags", os.path.join(C.REPO_ROOT, "kerastrainer", "utils", "xla_flags.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.merge_disabled_passes("")
+
+
+ROW_XLA_FLAGS = {"km-xla-noautotune": "--xla_gpu_autotune_level=0", "fit-xla-kt": _kerastrainer_xla_flags()}
 ROW_ENV = {"km-xla-fused": {"KERASTRAINER_XLA_DEFAULTS": "0"}}
+# fit's steps_per_execution (Keras's default 1): fewer host round trips, the fit user's other knob
+ROW_FIT_SPE = {"fit-xla-kt": 10}
 DEFAULTS = {  # --device -> batch, image size, precision, timed steps
     "gpu": dict(batch=128, image_size=224, precision="bf16", steps=60),
     "cpu": dict(batch=8, image_size=224, precision="fp32", steps=6),
@@ -127,6 +152,11 @@ def parse_args(argv=None):
     p.add_argument("--input", help=argparse.SUPPRESS)
     p.add_argument("--xla", choices=["on", "off"], help=argparse.SUPPRESS)
     p.add_argument("--images-dir", help=argparse.SUPPRESS)
+    p.add_argument("--row", help=argparse.SUPPRESS)  # the row a training child runs (for per-row settings)
+    p.add_argument("--row-list", help=argparse.SUPPRESS)  # train-rows: KEY[:STEPS],...
+    p.add_argument("--jit-auto", action="store_true", help=argparse.SUPPRESS)  # XLA-on rows: 'auto' on CPU too
+    # ModelDesc's QueueInput rows: StagingInput(force=True), so a CPU dry run stages too
+    p.add_argument("--force-staging", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     defaults = DEFAULTS["quick" if args.quick else args.device]
     if args.quick:
@@ -146,14 +176,19 @@ def parse_args(argv=None):
 # training children
 # ============================================================================
 
+_TF_READY = []
+
+
 def _setup_tf(args, kerastrainer_first=True):
     if kerastrainer_first:  # as a kerastrainer user would: its XLA_FLAGS defaults before TF starts the GPU
         import kerastrainer  # noqa: F401
     import tensorflow as tf
-    if args.device == "cpu":
-        tf.config.set_visible_devices([], "GPU")
-    elif not tf.config.list_physical_devices("GPU"):
-        raise SystemExit("--device gpu: no GPU visible")
+    if not _TF_READY:  # once per process (train-rows runs several rows in one)
+        if args.device == "cpu":
+            tf.config.set_visible_devices([], "GPU")
+        elif not tf.config.list_physical_devices("GPU"):
+            raise SystemExit("--device gpu: no GPU visible")
+        _TF_READY.append(True)
     import keras
     if args.precision != "fp32":
         keras.mixed_precision.set_global_policy({"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[args.precision])
@@ -187,11 +222,22 @@ def _epoch_timer():
     return EpochTimer()
 
 
+_ROW_EXTRA = {}  # train-rows: the row's key etc., added to its result line
+
+
+def _versions() -> str:
+    import platform
+    tf, keras = sys.modules.get("tensorflow"), sys.modules.get("keras")
+    return f"TensorFlow {getattr(tf, '__version__', '?')}, Keras {getattr(keras, '__version__', '?')}, " \
+           f"Python {platform.python_version()}"
+
+
 def _report_train(args, seconds, compile_s=None, **extra):
     warmup, timed = seconds[0], seconds[-1]
     ips = args.steps * args.batch / timed
     if compile_s is None:  # fit: the warm-up epoch beyond its steps at the timed rate
         compile_s = max(0.0, warmup - timed)
+    extra = dict(_ROW_EXTRA, versions=_versions(), **extra)
     C.emit_result(value=ips, seconds=timed, warmup_s=warmup, compile_s=compile_s,
                   summary=f"{ips:,.1f} images/s ({timed:.1f} s timed; warm-up epoch {warmup:.1f} s, "
                           f"first call {compile_s:.1f} s)", **extra)
@@ -201,7 +247,7 @@ def _jit(args):
     """kerastrainer's jit_compile for --xla: the default 'auto' on a GPU (it means on there)."""
     if args.xla == "off":
         return False
-    return "auto" if args.device == "gpu" else True
+    return "auto" if args.device == "gpu" or args.jit_auto else True
 
 
 def _trainer(args):
@@ -229,7 +275,10 @@ def child_train_modeldesc(args):
     elif args.input in ("queue-step", "queue2"):
         from kerastrainer import QueueInput, StagingInput
         data = dict(data=StagingInput(QueueInput(U.FakeImageNetData(args.batch, args.image_size)), mode="step",
-                                      nr_stage=2 if args.input == "queue2" else 1))
+                                      nr_stage=2 if args.input == "queue2" else 1, force=args.force_staging))
+    elif args.input == "queue" and args.force_staging:  # the default wrapping, made on CPU too (a dry run)
+        from kerastrainer import QueueInput, StagingInput
+        data = dict(data=StagingInput(QueueInput(U.FakeImageNetData(args.batch, args.image_size)), force=True))
     elif args.input == "tfdata":
         data = dict(data=_tfdata_input(tf, U.FakeImageNetData(args.batch, args.image_size), args))
     else:
@@ -295,10 +344,14 @@ def child_train_fit(args):
     opt = U.make_sgd(args.batch)
     if args.precision == "fp16":
         opt = keras.optimizers.LossScaleOptimizer(opt)
-    model.compile(opt, keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=args.xla == "on")
+    spe = min(ROW_FIT_SPE.get(args.row, 1), args.steps)
+    model.compile(opt, keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=args.xla == "on",
+                  steps_per_execution=spe)
 
     class Timer(keras.callbacks.Callback):
-        seconds = []
+        def __init__(self):
+            super().__init__()
+            self.seconds = []  # per instance: several rows may run in one process (train-rows)
 
         def on_epoch_begin(self, epoch, logs=None):
             self._t0 = time.perf_counter()
@@ -308,7 +361,7 @@ def child_train_fit(args):
 
     timer = Timer()
     model.fit(ds, steps_per_epoch=args.steps, epochs=2, callbacks=[timer], verbose=0)
-    print(f"fit jit_compile resolved to {model.jit_compile}", file=sys.stderr)
+    print(f"fit jit_compile resolved to {model.jit_compile}, steps_per_execution {spe}", file=sys.stderr)
     _report_train(args, timer.seconds, xla=bool(model.jit_compile))
 
 
@@ -408,8 +461,52 @@ def child_df_tensorpack(args):
         C.kill_pids([p.pid for p in getattr(runner, "_procs", [])])  # no prctl: they would outlive us
 
 
+ROW_START_PREFIX = "@@ROW_START "
+
+
+def child_train_rows(args):
+    """Several training rows, one after the other, in this one process (``--row-list KEY[:STEPS],...``).
+
+    Saves a TensorFlow start per row and, on a GPU, lets the later rows reuse what XLA keeps per
+    process (autotuning results of the same convolutions, compiled kernels): their first call is
+    shorter than a fresh process's. All rows share this process's XLA_FLAGS (XLA reads them once).
+    Before each row a ``@@ROW_START key`` line, after it its result line with ``row`` added (or
+    ``error``): the driver (``bench/gpu/check.py``) times each row and stops a row that runs long.
+    """
+    import gc
+    import threading
+    import traceback
+    base_steps = args.steps
+    for item in args.row_list.split(","):
+        key, _, steps = item.partition(":")
+        label, child, inp, xla = ROWS[key]
+        args.row, args.input, args.xla = key, inp, xla
+        args.steps = int(steps) if steps else base_steps
+        threads = threading.active_count()
+        print(ROW_START_PREFIX + json.dumps(dict(row=key, threads=threads, steps=args.steps)), flush=True)
+        print(f"== row {key}: {label} ({args.steps} steps; {threads} threads alive before it)", file=sys.stderr,
+              flush=True)
+        _ROW_EXTRA.clear()
+        _ROW_EXTRA.update(row=key, threads_before=threads, steps=args.steps)
+        try:
+            CHILDREN[child](args)
+        except BaseException as e:  # noqa: BLE001  (a failed row must not hide the next ones)
+            traceback.print_exc()
+            C.emit_result(row=key, error=f"{type(e).__name__}: {str(e).strip()[:300]}")
+            if isinstance(e, KeyboardInterrupt):
+                raise
+        finally:
+            _ROW_EXTRA.clear()
+            try:  # Keras's global state (layer names); the policy is set again by the next row
+                import keras
+                keras.backend.clear_session()
+            except Exception:  # noqa: BLE001
+                pass
+            gc.collect()
+
+
 CHILDREN = {"train-modeldesc": child_train_modeldesc, "train-kerasmodel": child_train_kerasmodel,
-            "train-fit": child_train_fit, "df-kerastrainer": child_df_kerastrainer,
+            "train-fit": child_train_fit, "train-rows": child_train_rows, "df-kerastrainer": child_df_kerastrainer,
             "df-tensorpack": child_df_tensorpack}
 
 
@@ -442,7 +539,7 @@ def run_train(args):
         systems = []
         for key in keys:
             label, child, inp, xla = ROWS[key]
-            extra = ["--input", inp, "--xla", xla] + (["--images-dir", tmp] if inp == "jpeg" else [])
+            extra = ["--input", inp, "--xla", xla, "--row", key] + (["--images-dir", tmp] if inp == "jpeg" else [])
             timeout = args.fit_timeout if key == "fit-xla" else args.timeout
             # a row's XLA flags are added to the caller's (which may name CUDA's folder, for one)
             flags = [os.environ.get("XLA_FLAGS", ""), ROW_XLA_FLAGS.get(key, "")]

@@ -1,5 +1,4 @@
 """KerasModel: a whole keras.Model trained by kerastrainer, checked against keras.Model.fit."""
-import logging
 import os
 import subprocess
 import sys
@@ -280,24 +279,6 @@ def test_keras_layers_in_a_tower_are_shared_saved_and_regularized(logdir, towers
         np.testing.assert_array_equal(v.numpy(), saved[k])
 
 
-class _Logged(logging.Handler):
-    """The kerastrainer log messages (INFO and up) emitted inside the ``with``."""
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-    def __enter__(self):
-        logging.getLogger("kerastrainer").addHandler(self)
-        return self.messages
-
-    def __exit__(self, *exc):
-        logging.getLogger("kerastrainer").removeHandler(self)
-
-
 def test_evaluate_refuses_a_cast_that_changes_a_value():
     x, y = _data(n=8)
     km = KerasModel(_mlp())
@@ -331,13 +312,13 @@ def test_a_metric_of_an_output_without_a_loss_is_computed_against_its_target():
         km.evaluate((x, {"a": y}))
 
 
-def test_multi_replica_dataset_warns_of_a_dropped_batch_and_says_what_the_metrics_cover():
+def test_multi_replica_dataset_warns_of_a_dropped_batch_and_says_what_the_metrics_cover(kt_log):
     x, y = _data(n=65)                       # batches of 32, 32 and 1: the 1 cannot be split over 2
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
     km = KerasModel(_mlp(), input=ds, trainer=SyncMultiGPUTrainerReplicated(cpus(2)))
     km.compile(keras.optimizers.SGD(0.1), _xent(), metrics=["accuracy"])
-    with _Logged() as logged:
-        km.fit(max_epoch=2, steps_per_epoch=2, **QUIET)
+    km.fit(max_epoch=2, steps_per_epoch=2, **QUIET)
+    logged = kt_log.messages
     dropped = [m for m in logged if "cannot be split across 2 replicas" in m]
     assert dropped == ["A batch of 1 samples cannot be split across 2 replicas; it is skipped."]
     assert any("['accuracy'] cover the first replica's batch" in m for m in logged)
