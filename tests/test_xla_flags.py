@@ -66,13 +66,13 @@ def test_tf_started_first_is_noticed():
 
 
 def test_trainer_warns_when_flags_may_be_late(monkeypatch, kt_log):
-    from kerastrainer.train import base
+    from kerastrainer.train import xla
     monkeypatch.setattr(xla_flags, "_state", {"result": "added", "tf_started": True})
-    monkeypatch.setattr(base, "execute_only_once", lambda: True)
-    base._check_default_xla_flags()
+    monkeypatch.setattr(xla, "execute_only_once", lambda: True)
+    xla.check_default_xla_flags()
     assert any("TensorFlow had started before kerastrainer was imported" in m and PASS in m
                for m in kt_log.messages)
     monkeypatch.setattr(xla_flags, "_state", {"result": "added", "tf_started": False})
     n = len(kt_log.messages)
-    base._check_default_xla_flags()
+    xla.check_default_xla_flags()
     assert len(kt_log.messages) == n
