@@ -27,7 +27,11 @@ PKG = "kerastrainer"
 ALIAS_MODULES = {
     "kerastrainer.tfutils.argscope": "tensorpack.tfutils.argscope -> models/arg_scope.py",
     "kerastrainer.tfutils.export": "tensorpack.tfutils.export -> predict/export.py",
-    "kerastrainer.tfutils.common": "tensorpack.tfutils.common -> compat/global_step.py, compat/tensors.py",
+    "kerastrainer.tfutils.common": "tensorpack.tfutils.common -> tfutils/global_step.py, tfutils/tensors.py",
+    "kerastrainer.compat.tensors": "the old path of the name helpers -> tfutils/tensors.py",
+    "kerastrainer.compat.global_step": "the old path of the global step registry -> tfutils/global_step.py",
+    "kerastrainer.compat.keras_phase": "the old path of keras_training_phase -> _internals.py",
+    "kerastrainer.compat.keras_random": "the old path of with_keras_random_state -> _internals.py",
     "kerastrainer.tfutils.gradproc": "tensorpack.tfutils.gradproc -> compat/gradproc.py",
     "kerastrainer.tfutils.optimizer": "tensorpack.tfutils.optimizer -> compat/gradproc.py",
     "kerastrainer.callbacks.summary": "tensorpack.callbacks.summary -> compat/callbacks.py, callbacks/steps.py",
@@ -36,28 +40,18 @@ ALIAS_MODULES = {
     "kerastrainer.dataflow.imgaug.transform": "tensorpack's imgaug.transform -> _transforms.py, base.py",
 }
 
-# The core importing compat/ (the TF1 translations) is issue 25 item 2's work; until then
-# these, and no others, are allowed. An entry that disappears is fine; a new edge fails.
+# The core never imports compat/ (the TF1 translations): compat registers into the core's hooks
+# (tfutils/extensions.py: where a tower is called, where ModelDesc.optimizer() is read, where
+# training is launched), and the core loads it by the name in extensions.EXTENSIONS, not by an
+# import. What is left are alias modules at tensorpack paths (see ALIAS_MODULES): tensorpack put
+# these names in tfutils/ and callbacks/, and their implementations are TF1 translations, which
+# live in compat/. An entry that disappears is fine; a new edge fails.
 KNOWN_CORE_TO_COMPAT = {
-    # tensorpack-path aliases inside the core (see ALIAS_MODULES); item 2 decides where they live
-    ("kerastrainer.tfutils.common", "kerastrainer.compat.global_step"),
-    ("kerastrainer.tfutils.common", "kerastrainer.compat.tensors"),
+    # tensorpack.tfutils.gradproc / .optimizer: gradient processors run on TF1-style (grad, var) lists
     ("kerastrainer.tfutils.gradproc", "kerastrainer.compat.gradproc"),
     ("kerastrainer.tfutils.optimizer", "kerastrainer.compat.gradproc"),
+    # tensorpack.callbacks.summary.MergeAllSummaries: TF1 summary collections, accepted and said
     ("kerastrainer.callbacks.summary", "kerastrainer.compat.callbacks"),
-    # TowerFunction: Keras layers' training phase in a tower, tfv1.get_variable into the store
-    ("kerastrainer.tfutils.tower_func", "kerastrainer.compat.keras_phase"),
-    ("kerastrainer.tfutils.tower_func", "kerastrainer.compat.variables"),
-    # the trainer: the in-graph global step, Keras 3's unseeded random ops, TF1 optimizers
-    ("kerastrainer.train.base", "kerastrainer.compat.global_step"),
-    ("kerastrainer.train.train_function", "kerastrainer.compat.keras_random"),
-    ("kerastrainer.train.base", "kerastrainer.compat.optimizer"),
-    # launch_train_with_config inside a program's `with tf.Graph().as_default():`
-    ("kerastrainer.train.interface", "kerastrainer.compat.graph_mode"),
-    # ModelDesc.optimizer() may return a tf.compat.v1.train optimizer
-    ("kerastrainer.train.model_desc", "kerastrainer.compat.optimizer"),
-    # KerasModel.compile() accepts a tf.compat.v1.train optimizer (function-level import)
-    ("kerastrainer.keras.model", "kerastrainer.compat.optimizer"),
 }
 
 # utils/ imports nothing above it, but for this one plain re-export: the documented path
@@ -71,7 +65,8 @@ UTILS_REEXPORTS = {
 IMPORTERS_OF_TRAIN = {"keras", "predict"}
 
 # The order of the core's subpackages (docs/internals.md): each imports only lower ranks.
-LAYERS = {"utils": 0, "dataflow": 1, "tfutils": 2, "callbacks": 3, "input_source": 4, "lms": 4,
+# ``_internals`` (the fence around Keras/TF internals, one module) is below everything.
+LAYERS = {"_internals": -1, "utils": 0, "dataflow": 1, "tfutils": 2, "callbacks": 3, "input_source": 4, "lms": 4,
           "models": 5, "train": 6, "predict": 7, "keras": 7}
 
 
@@ -246,9 +241,15 @@ def test_subpackages_import_only_downward():
     assert not bad, "imports against the order of the layers (LAYERS):\n" + _describe(bad)
 
 
+def test_the_fence_imports_nothing_of_ours():
+    assert "kerastrainer._internals" in GRAPH
+    assert not GRAPH["kerastrainer._internals"], sorted(GRAPH["kerastrainer._internals"])
+
+
 def test_utils_imports_nothing_above_it():
     bad = [(s, d, w) for s, d, w in _edges()
-           if _package(s) == "utils" and _package(d) != "utils" and (s, d) not in UTILS_REEXPORTS]
+           if _package(s) == "utils" and _package(d) not in ("utils", "_internals")
+           and (s, d) not in UTILS_REEXPORTS]
     assert not bad, "utils/ imports a layer above it:\n" + _describe(bad)
 
 

@@ -22,11 +22,21 @@ Example::
 """
 import tensorflow as tf
 
-from .global_step import get_global_step_value, get_global_step_var
+from ..tfutils import extensions as _extensions
+from ..tfutils.global_step import get_global_step_value, get_global_step_var
+from .graph_mode import eager_inside_tf1_graph
 from .optimizer import call_optimizer, translate_optimizer
-from .tensors import get_op_tensor_name, get_tf_version_tuple
+from .summary import install_tf1_summaries
+from ..tfutils.tensors import get_op_tensor_name, get_tf_version_tuple
+from .variables import tf1_variables_in_store
 
 tfv1 = tf.compat.v1
+
+# compat reaches the core only through its hooks (tfutils/extensions.py), registered here:
+_extensions.add_tower_context(tf1_variables_in_store)      # tfv1.get_variable in a tower -> the layer store
+_extensions.add_launch_context(eager_inside_tf1_graph)     # training inside `with tf.Graph().as_default():`
+_extensions.set_optimizer_reader(call_optimizer, translate_optimizer)  # tfv1.train optimizers -> Keras
+install_tf1_summaries()                                     # tfv1.summary.* in a tower -> the trainer
 
 
 def get_model_loader(filename: str):

@@ -19,6 +19,7 @@ from typing import Callable, List, Sequence, Tuple
 
 import tensorflow as tf
 
+from .._internals import tf_variable_of
 from ..utils import logger
 
 __all__ = ["GradientProcessor", "FilterNoneGrad", "GlobalNormClip", "MapGradient", "ScaleGradient",
@@ -29,8 +30,7 @@ _current = {"names": {}}  # id(tf.Variable) -> tensorpack name, while an optimiz
 
 
 def _key(var) -> int:
-    inner = getattr(var, "_value", None)
-    return id(inner if isinstance(inner, tf.Variable) else var)
+    return id(tf_variable_of(var))
 
 
 def var_name(var) -> str:

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import tensorflow as tf
 
+from .._internals import eager_mode
 from ..utils import logger
 
 __all__ = ["eager_inside_tf1_graph"]
@@ -19,8 +20,7 @@ def eager_inside_tf1_graph(who: str = "launch_train_with_config"):
     if tf.executing_eagerly() or getattr(graph, "building_function", False):
         yield
         return
-    from tensorflow.python.eager import context  # TF's own switch back to eager mode
     logger.info("%s: called inside `with tf.Graph().as_default()`; training runs eagerly "
                 "(tf.function) as always in kerastrainer, the TF1 graph is left unused.", who)
-    with context.eager_mode():
+    with eager_mode():
         yield

@@ -26,9 +26,11 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from .._internals import optimizer_variable_index, rmsprop_velocities, tf1_optimizer_settings
+from ..tfutils.extensions import learning_rate_variable, set_learning_rate_variable
+from ..tfutils.global_step import active_store
 from ..tfutils.layer_store import LayerStore
 from ..utils import logger
-from .global_step import active_store
 from .gradproc import GradientProcessedOptimizer, install_processors
 from .variables import tf1_variables_in_store
 
@@ -60,7 +62,7 @@ class MomentumV1(keras.optimizers.SGD):
         if self.momentum == 0:
             self.assign_sub(variable, ops.multiply(g, lr))
             return
-        acc = self.momentums[self._get_variable_index(variable)]
+        acc = self.momentums[optimizer_variable_index(self, variable)]
         m = ops.cast(self.momentum, variable.dtype)
         self.assign(acc, ops.add(ops.multiply(acc, m), g))
         step = ops.add(g, ops.multiply(acc, m)) if self.nesterov else acc
@@ -79,7 +81,7 @@ class RMSPropV1(keras.optimizers.RMSprop):
         if self.built:
             return
         super().build(var_list)
-        for v in self._velocities:
+        for v in rmsprop_velocities(self):
             if v is not None:
                 v.assign(ops.ones_like(v))
 
@@ -100,30 +102,30 @@ def _translate(opt, lr) -> keras.optimizers.Optimizer:
             f"optimizer() returned {type(opt).__module__}.{type(opt).__name__}, which kerastrainer "
             "cannot translate (it translates tf.compat.v1.train's GradientDescent, Momentum, Adam, "
             "RMSProp, Adagrad and Adadelta optimizers). Return a keras.optimizers optimizer instead.")
-    if getattr(opt, "_use_locking", False):
+    a = tf1_optimizer_settings(opt)
+    if a.get("use_locking", False):
         logger.warning("optimizer(): %s(use_locking=True) has no meaning in TF2 and is ignored.", kind)
-    a = vars(opt)
     if kind == "GradientDescentOptimizer":
         return keras.optimizers.SGD(lr), f"keras.optimizers.SGD"
     if kind == "MomentumOptimizer":
-        return (MomentumV1(lr, momentum=float(a["_momentum"]), nesterov=bool(a["_use_nesterov"])),
-                f"kerastrainer.compat.MomentumV1(momentum={a['_momentum']}, nesterov={a['_use_nesterov']})")
+        return (MomentumV1(lr, momentum=float(a["momentum"]), nesterov=bool(a["use_nesterov"])),
+                f"kerastrainer.compat.MomentumV1(momentum={a['momentum']}, nesterov={a['use_nesterov']})")
     if kind == "AdamOptimizer":
-        return (keras.optimizers.Adam(lr, beta_1=float(a["_beta1"]), beta_2=float(a["_beta2"]),
-                                      epsilon=float(a["_epsilon"])),
-                f"keras.optimizers.Adam(beta_1={a['_beta1']}, beta_2={a['_beta2']}, epsilon={a['_epsilon']})")
+        return (keras.optimizers.Adam(lr, beta_1=float(a["beta1"]), beta_2=float(a["beta2"]),
+                                      epsilon=float(a["epsilon"])),
+                f"keras.optimizers.Adam(beta_1={a['beta1']}, beta_2={a['beta2']}, epsilon={a['epsilon']})")
     if kind == "RMSPropOptimizer":
-        return (RMSPropV1(lr, rho=float(a["_decay"]), momentum=float(a["_momentum"]),
-                          epsilon=float(a["_epsilon"]), centered=bool(a["_centered"])),
-                f"kerastrainer.compat.RMSPropV1(rho={a['_decay']}, momentum={a['_momentum']}, "
-                f"epsilon={a['_epsilon']}, centered={a['_centered']})")
+        return (RMSPropV1(lr, rho=float(a["decay"]), momentum=float(a["momentum"]),
+                          epsilon=float(a["epsilon"]), centered=bool(a["centered"])),
+                f"kerastrainer.compat.RMSPropV1(rho={a['decay']}, momentum={a['momentum']}, "
+                f"epsilon={a['epsilon']}, centered={a['centered']})")
     if kind == "AdagradOptimizer":
         # TF1 Adagrad has no epsilon: lr * g / sqrt(accumulator)
-        return (keras.optimizers.Adagrad(lr, initial_accumulator_value=float(a["_initial_accumulator_value"]),
+        return (keras.optimizers.Adagrad(lr, initial_accumulator_value=float(a["initial_accumulator_value"]),
                                          epsilon=0.0),
-                f"keras.optimizers.Adagrad(initial_accumulator_value={a['_initial_accumulator_value']}, epsilon=0)")
-    return (keras.optimizers.Adadelta(lr, rho=float(a["_rho"]), epsilon=float(a["_epsilon"])),
-            f"keras.optimizers.Adadelta(rho={a['_rho']}, epsilon={a['_epsilon']})")
+                f"keras.optimizers.Adagrad(initial_accumulator_value={a['initial_accumulator_value']}, epsilon=0)")
+    return (keras.optimizers.Adadelta(lr, rho=float(a["rho"]), epsilon=float(a["epsilon"])),
+            f"keras.optimizers.Adadelta(rho={a['rho']}, epsilon={a['epsilon']})")
 
 
 _SCHEDULES = ("ExponentialDecay", "PiecewiseConstantDecay", "PolynomialDecay", "InverseTimeDecay",
@@ -151,9 +153,10 @@ def _keras_schedule(tf1_schedule):
 
 
 def _tf1_learning_rate(opt):
-    for attr in ("_lr", "_learning_rate"):
-        if attr in vars(opt):
-            return vars(opt)[attr]
+    settings = tf1_optimizer_settings(opt)
+    for attr in ("lr", "learning_rate"):
+        if attr in settings:
+            return settings[attr]
     raise TypeError(f"Cannot find the learning rate of {type(opt).__name__}")
 
 
@@ -190,15 +193,10 @@ def translate_optimizer(opt, lr_function: Optional[Callable] = None) -> keras.op
         # The Keras optimizer only sees a callable; keep the variable so that callbacks
         # (ScheduledHyperParamSetter('learning_rate')) find it even when it lives outside the
         # model, e.g. made at the top of a KerasModel program rather than in optimizer().
-        kopt._kerastrainer_lr_variable = lr
+        set_learning_rate_variable(kopt, lr)
     _log_once(f"optimizer(): tf.compat.v1.train.{type(opt).__name__} translated to {desc} "
               f"with learning rate {lr_desc}, same update rule.")
     return kopt
-
-
-def learning_rate_variable(kopt) -> Optional[tf.Variable]:
-    """The TF1 learning-rate variable that a translated optimizer reads each step, or None."""
-    return getattr(kopt, "_kerastrainer_lr_variable", None)
 
 
 def call_optimizer(fn: Callable, store: LayerStore) -> keras.optimizers.Optimizer:

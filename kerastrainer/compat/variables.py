@@ -2,16 +2,12 @@
 in the model's layer store, returned again by every later trace and every tower."""
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext as _nullcontext
+from contextlib import contextmanager
 
 import tensorflow as tf
 
+from .._internals import fresh_tf1_variable_store
 from ..tfutils.layer_store import LayerStore
-
-try:  # TF1's per-graph name -> variable table; a fresh one per tower call (see below)
-    from tensorflow.python.ops import variable_scope as _vs
-except ImportError:  # pragma: no cover
-    _vs = None
 
 __all__ = ["tf1_variables_in_store"]
 
@@ -44,6 +40,5 @@ def tf1_variables_in_store(store: LayerStore):
     # TF2 shares TF1's variable table between traces (and models): without a fresh table a
     # second trace of the tower would see its own variables as duplicates. The layer store,
     # reached through the creator above, is what shares variables across traces and towers.
-    fresh = _vs.with_variable_store(_vs._VariableStore()) if _vs is not None else _nullcontext()
-    with fresh, tf.variable_creator_scope(creator):
+    with fresh_tf1_variable_store(), tf.variable_creator_scope(creator):
         yield

@@ -31,6 +31,7 @@ from typing import List, Sequence
 import keras
 import tensorflow as tf
 
+from .._internals import clear_model_losses
 from ..tfutils.summary import add_moving_summary
 from ..tfutils.tower import get_current_tower_context
 from ..tfutils.tower_func import ModelVariables
@@ -94,9 +95,7 @@ class KerasModelDesc(ModelDesc):
         y_true = dict(zip(io.target_outputs, tensors[n_in:n_in + len(io.target_outputs)]))
         # Keras clears add_loss losses when a model is the outermost call; in a tower it is called
         # inside kerastrainer's training-phase context, so the last trace's losses would linger
-        clear = getattr(self._keras_model, "_clear_losses", None)
-        if clear is not None:
-            clear()
+        clear_model_losses(self._keras_model)
         y_pred = io.outputs_by_name(self._keras_model(x, training=training))
         y_pred = {name: tf.identity(t, name=self.output_tensor_name(name)) for name, t in y_pred.items()}
         with tf.name_scope("objectives"):

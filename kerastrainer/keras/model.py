@@ -62,6 +62,7 @@ from ..callbacks.inference_runner import InferenceRunner
 from ..dataflow.base import is_dataflow
 from ..dataflow.shard import ShardedDataFlow, shard_dataflow
 from ..input_source.base import InputSource, InputSourceError
+from ..tfutils.extensions import translate_optimizer
 from ..train.base import Trainer
 from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, TrainConfig
 from ..train.interface import launch_train_with_config, staged_on_gpus
@@ -269,7 +270,6 @@ class KerasModel:
             raise ValueError(f"jit_compile must be True, False or 'auto'; got {jit_compile!r}")
         opt = keras.optimizers.get(optimizer) if isinstance(optimizer, (str, dict)) else optimizer
         if isinstance(opt, tf.compat.v1.train.Optimizer):  # tensorpack's KerasModel took TF1 optimizers
-            from ..compat.optimizer import translate_optimizer
             opt = translate_optimizer(opt)
         if not isinstance(opt, keras.optimizers.Optimizer):
             raise TypeError(f"compile(optimizer=...) needs a Keras optimizer or its name; got {type(optimizer).__name__}.")

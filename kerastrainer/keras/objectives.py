@@ -32,17 +32,7 @@ from typing import Dict, List, Optional, Tuple
 import keras
 import tensorflow as tf
 
-try:  # Keras 3 divides mean losses by the number of replicas; the trainer does that itself
-    from keras.src.losses.loss import unscale_loss_for_distribution as _unscale
-except ImportError:  # pragma: no cover - other Keras versions
-    def _unscale(value):
-        return value
-
-try:  # Keras' own resolution of 'accuracy' / 'crossentropy' (the same rules as compile)
-    from keras.src.trainers.compile_utils import get_loss as _keras_get_loss
-    from keras.src.trainers.compile_utils import get_metric as _keras_get_metric
-except ImportError:  # pragma: no cover - other Keras versions
-    _keras_get_loss = _keras_get_metric = None
+from .. import _internals
 
 __all__ = ["Objectives"]
 
@@ -150,8 +140,9 @@ class Objectives:
     @staticmethod
     def _get_loss(identifier, y_true, y_pred, output: str):
         try:
-            if _keras_get_loss is not None:
-                return _keras_get_loss(identifier, y_true, y_pred)
+            loss = _internals.keras_compile_loss(identifier, y_true, y_pred)
+            if loss is not None:
+                return loss
             loss = keras.losses.get(identifier)
             return loss if isinstance(loss, keras.losses.Loss) else \
                 keras.losses.LossFunctionWrapper(loss, name=_name(identifier))
@@ -162,8 +153,9 @@ class Objectives:
     @staticmethod
     def _get_metric(identifier, y_true, y_pred, output: str):
         try:
-            if _keras_get_metric is not None:
-                return _keras_get_metric(identifier, y_true, y_pred)
+            metric = _internals.keras_compile_metric(identifier, y_true, y_pred)
+            if metric is not None:
+                return metric
             metric = keras.metrics.get(identifier)
             return metric if isinstance(metric, keras.metrics.Metric) else \
                 keras.metrics.MeanMetricWrapper(metric, name=_name(identifier))
@@ -199,7 +191,7 @@ class Objectives:
                 continue
             value = self.losses[o](y_true[o], y_pred[o])
             if self._keras_scaled[o]:
-                value = _unscale(value)  # the per-replica mean; the trainer averages replicas
+                value = _internals.unscale_loss_for_distribution(value)  # the per-replica mean; the trainer averages replicas
             value = tf.cast(value, tf.float32)
             if multi:
                 stats[f"{o}_loss"] = value

@@ -38,6 +38,7 @@ from typing import List, Optional, Sequence, Union
 import keras
 import tensorflow as tf
 
+from .._internals import functional_input_structure, host_address_space, keras_tensor_producer
 from ..train.trainers import SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated
 from ..utils import logger
 from .model import KerasModel
@@ -66,8 +67,7 @@ def _local_devices(kind: str) -> List[str]:
     """``'/gpu:i'`` (``'/cpu:i'``) names of this process's logical devices; a multi-worker
     runtime lists the other workers' devices too, which are left out."""
     try:
-        from tensorflow.python.eager import context
-        host = context.context().host_address_space()
+        host = host_address_space()
     except Exception:  # noqa: BLE001 - no cluster: every device is local
         host = ""
     out = []
@@ -232,7 +232,7 @@ def _parallel_graph(template: keras.Model, devices: List[str], merge_device: str
         flat = list(template.inputs) if template.built and template.inputs else None
     except (AttributeError, ValueError):
         flat = None
-    struct = getattr(template, "_inputs_struct", None) if flat else None
+    struct = functional_input_structure(template) if flat else None
     if flat and struct is None:  # a Sequential: one input tensor
         struct = flat[0] if len(flat) == 1 else flat
     if struct is None:
@@ -258,7 +258,7 @@ def _parallel_graph(template: keras.Model, devices: List[str], merge_device: str
             t.append(o)
     out_names = list(getattr(template, "output_names", None) or [])
     if not out_names:  # a Sequential: the layers that make the outputs
-        out_names = [getattr(getattr(t, "_keras_history", None), "operation", None) for t in template.outputs]
+        out_names = [keras_tensor_producer(t) for t in template.outputs]
         out_names = [getattr(op, "name", "") for op in out_names]
     if len(out_names) != len(towers):
         out_names = [f"output_{k}" for k in range(len(towers))]

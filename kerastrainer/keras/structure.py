@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from .._internals import functional_input_structure
 __all__ = ["ModelIO", "KerasSignatureError", "as_spec_list"]
 
 
@@ -271,7 +272,7 @@ def _model_inputs(model):
         tensors = None
     if not tensors:
         return None
-    struct = getattr(model, "_inputs_struct", None)
+    struct = functional_input_structure(model)
     if isinstance(struct, dict):
         keys = list(struct)
         return "dict", keys, [struct[k] for k in keys]

@@ -1,6 +1,7 @@
 """Move a Keras model's variables onto a ``tf.distribute`` strategy, and back.
 
-A Keras 3 variable (TensorFlow backend) wraps one ``tf.Variable`` in ``_value``.
+A Keras 3 variable (TensorFlow backend) wraps one ``tf.Variable`` (reached through
+``kerastrainer._internals.tf_variable_of``).
 A model built outside a strategy's scope holds plain ``tf.Variable`` s, which
 replicas of a ``MirroredStrategy`` cannot update. Rather than rebuilding the model
 (tensorpack's ``get_model`` convention, which would break weight sharing with a
@@ -27,8 +28,9 @@ from __future__ import annotations
 
 from typing import Iterable, List
 
-import keras
 import tensorflow as tf
+
+from .._internals import rekey_optimizer_variables, set_tf_variable_of, tf_variable_of
 
 __all__ = ["place_on_strategy", "place_off_strategy", "rekey_optimizer", "unique_variables"]
 
@@ -44,7 +46,9 @@ def unique_variables(variables: Iterable) -> List:
 
 
 def _inner(v):
-    return v._value if isinstance(v, keras.Variable) else None
+    """The tf.Variable behind a Keras variable; None for anything else (or one not yet made)."""
+    inner = tf_variable_of(v)
+    return inner if inner is not v else None
 
 
 def _is_placed(inner: tf.Variable, strategy: tf.distribute.Strategy) -> bool:
@@ -83,8 +87,8 @@ def place_on_strategy(variables: Iterable, strategy: tf.distribute.Strategy) -> 
             if multi and not inner.trainable and aggregation == tf.VariableAggregation.NONE:
                 aggregation = tf.VariableAggregation.ONLY_FIRST_REPLICA
             with tf.init_scope():
-                v._value = tf.Variable(value, trainable=inner.trainable, name=_plain_name(inner),
-                                       aggregation=aggregation, synchronization=inner.synchronization)
+                set_tf_variable_of(v, tf.Variable(value, trainable=inner.trainable, name=_plain_name(inner),
+                                                  aggregation=aggregation, synchronization=inner.synchronization))
             moved += 1
     return moved
 
@@ -101,8 +105,8 @@ def place_off_strategy(variables: Iterable) -> int:
         if aggregation == tf.VariableAggregation.ONLY_FIRST_REPLICA and not inner.trainable:
             aggregation = tf.VariableAggregation.NONE
         with tf.init_scope():
-            v._value = tf.Variable(value, trainable=inner.trainable, name=_plain_name(inner),
-                                   aggregation=aggregation, synchronization=inner.synchronization)
+            set_tf_variable_of(v, tf.Variable(value, trainable=inner.trainable, name=_plain_name(inner),
+                                              aggregation=aggregation, synchronization=inner.synchronization))
         moved += 1
     return moved
 
@@ -116,7 +120,4 @@ def rekey_optimizer(optimizer) -> None:
     """
     opt = getattr(optimizer, "inner_optimizer", None) or optimizer
     for o in {id(optimizer): optimizer, id(opt): opt}.values():
-        if hasattr(o, "_distribution_strategy"):
-            o._distribution_strategy = tf.distribute.get_strategy()
-        if getattr(o, "built", False) and hasattr(o, "_trainable_variables_indices"):
-            o._trainable_variables_indices = {o._var_key(v): i for i, v in enumerate(o._trainable_variables)}
+        rekey_optimizer_variables(o)

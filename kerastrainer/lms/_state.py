@@ -15,6 +15,8 @@ from typing import Dict, List, Optional
 
 import tensorflow as tf
 
+from .._internals import install_variable_assign_patch
+
 __all__ = ["activate", "deactivate", "active_lms", "recomputing", "is_recomputing",
            "TraceState", "trace_state"]
 
@@ -91,7 +93,8 @@ _patch_lock = threading.Lock()
 
 
 def _install_patches() -> None:
-    """Wrap ``assign``/``assign_add``/``assign_sub`` of Keras and TF variables once.
+    """Wrap ``assign``/``assign_add``/``assign_sub`` of Keras and TF variables once (a
+    process-wide patch, installed through ``_internals.install_variable_assign_patch``).
 
     Outside a recompute pass they call the original method (one thread-local read).
     Inside, an update of a non-trainable variable returns the variable unchanged:
@@ -102,21 +105,7 @@ def _install_patches() -> None:
     with _patch_lock:
         if _patched:
             return
-        import keras
-        from tensorflow.python.distribute import values as dist_values
-        from tensorflow.python.ops import resource_variable_ops
-
-        classes = [keras.Variable, resource_variable_ops.BaseResourceVariable,
-                   dist_values.DistributedVariable]
-        for cls in classes:
-            for meth in ("assign", "assign_add", "assign_sub"):
-                orig = cls.__dict__.get(meth)
-                if orig is None:
-                    # inherited: patch on the class that defines it (found via the MRO)
-                    orig = getattr(cls, meth, None)
-                if orig is None or getattr(orig, "_lms_wrapped", False):
-                    continue
-                setattr(cls, meth, _wrap_assign(orig))
+        install_variable_assign_patch(_wrap_assign)
         _patched = True
 
 

@@ -20,6 +20,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import tensorflow as tf
 
+from .._internals import keep_op_in_graph, replace_op_input
+
 __all__ = ["keep_in_graph", "swap_out", "swap_in", "same_device", "compute_device", "rewire_backward",
            "tensor_bytes", "SWAP_OUT_NAME", "SWAP_IN_NAME"]
 
@@ -71,8 +73,7 @@ def keep_in_graph(t: tf.Tensor) -> tf.Tensor:
     Without the mark grappler folds most ``Identity`` pairs away, device change or not.
     """
     if not tf.executing_eagerly() and hasattr(t, "op"):
-        from tensorflow.core.framework import attr_value_pb2
-        t.op._set_attr("_grappler_do_not_remove", attr_value_pb2.AttrValue(b=True))
+        keep_op_in_graph(t.op)
     return t
 
 
@@ -132,5 +133,5 @@ def rewire_backward(forward_ops: Iterable, inputs: Sequence[tf.Tensor], backward
                 back = swap_in(swap_out(t, host_device), device, triggers)
                 pairs[_key(t)] = back
                 swapped.append(t)
-            op._update_input(i, back)  # private, stable since TF 1.x; the only edge-rewrite API
+            replace_op_input(op, i, back)
     return swapped

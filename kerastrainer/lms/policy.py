@@ -33,6 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from .._internals import layer_draws_random, sublayers
 from ..callbacks.base import Callback
 from ..utils import logger
 from . import _state
@@ -552,20 +553,20 @@ class LMS(Callback, _KerasCallbackBase):
 
     def _keras_blocks(self, kmodel) -> List:
         keras = _keras()
-        layers = [l for l in kmodel._flatten_layers(include_self=False, recursive=True)]
+        layers = [l for l in sublayers(kmodel, recursive=True)]
         incl = self._included_patterns()
         if incl is None:
-            direct = [l for l in kmodel._flatten_layers(include_self=False, recursive=False)
+            direct = [l for l in sublayers(kmodel, recursive=False)
                       if not isinstance(l, keras.layers.InputLayer)]
             chosen = [l for l in direct
-                      if any(True for _ in l._flatten_layers(include_self=False, recursive=False))]
+                      if sublayers(l, recursive=False)]
             if not chosen:
                 # a flat model (Sequential of plain layers): one block per layer;
                 # random layers (Dropout: a SeedGenerator) cannot be recomputed; the output layer's
                 # backward pass comes first (nothing to save) and Keras's loss reads its softmax's
                 # logits, which a wrapped call would hide
-                chosen = [l for l in direct[:-1] if not _draws_random(l)]
-                left = [l.name for l in direct[:-1] if _draws_random(l)]
+                chosen = [l for l in direct[:-1] if not layer_draws_random(l)]
+                left = [l.name for l in direct[:-1] if layer_draws_random(l)]
                 logger.info("LMS: Keras model '%s' is flat: one block per layer (%d layers; the output layer "
                             "%s%s stays plain).", kmodel.name, len(chosen), direct[-1].name if direct else "",
                             (", random layers " + ", ".join(left)) if left else "")
@@ -709,10 +710,6 @@ def _property(name: str):
 
 for _name in _SCOPE_PROPS + _TYPE_PROPS:
     setattr(LMS, _name, _property(_name))
-
-
-def _draws_random(layer) -> bool:
-    return any(type(v).__name__ == "SeedGenerator" for v in vars(layer).values())
 
 
 def _first_batch_size(source, depth: int = 0) -> Optional[int]:

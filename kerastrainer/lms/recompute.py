@@ -31,6 +31,7 @@ from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
+from .._internals import stop_tape_recording
 from ..utils import logger
 from . import _state
 from .offload import compute_device, keep_in_graph, rewire_backward, same_device, swap_in, swap_out
@@ -69,8 +70,7 @@ _warned_eager_offload = False
 def _stop_recording():
     # Eager only: the outer tape must not record the block's inner ops (it would
     # keep their outputs alive, which is what we are trying to avoid).
-    from tensorflow.python.eager import record
-    return record.stop_recording()
+    return stop_tape_recording()
 
 
 def _split_args(name: str, args: tuple, kwargs: dict):

@@ -28,6 +28,7 @@ from typing import Optional, Union
 import keras
 import tensorflow as tf
 
+from .._internals import batchnorm_reduction_axes, install_batchnorm_moments, require_batchnorm_moments
 from . import _common as C
 from ..tfutils.tower import get_current_tower_context
 from .registry import get_layer_here, layer_register, legacy_names
@@ -58,6 +59,7 @@ class TowerBatchNormalization(keras.layers.BatchNormalization):
         super().__init__(*args, **kwargs)
         self.horovod_sync = bool(horovod_sync)
         if self.horovod_sync:
+            require_batchnorm_moments()
             _import_horovod()
 
     def add_weight(self, *args, **kwargs):
@@ -65,13 +67,16 @@ class TowerBatchNormalization(keras.layers.BatchNormalization):
             kwargs["aggregation"] = "only_first_replica"
         return super().add_weight(*args, **kwargs)
 
-    def _moments(self, inputs, mask):
+    def synced_moments(self, inputs, mask, keras_moments):
+        """The batch moments (Keras's, or all-reduced over Horovod ranks with ``horovod_sync``);
+        installed as Keras's moments step through ``_internals.install_batchnorm_moments``."""
         if not self.horovod_sync or mask is not None:
-            return super()._moments(inputs, mask)
+            return keras_moments(inputs, mask)
         hvd = _import_horovod()
+        axes = batchnorm_reduction_axes(self)
         x = tf.cast(inputs, tf.float32)
-        mean = tf.reduce_mean(x, axis=self._reduction_axes)
-        mean_sq = tf.reduce_mean(tf.square(x), axis=self._reduction_axes)
+        mean = tf.reduce_mean(x, axis=axes)
+        mean_sq = tf.reduce_mean(tf.square(x), axis=axes)
         # Equal per-rank batch sizes (the trainer's rule), so averaging the
         # per-rank moments gives the moments of the global batch.
         both = hvd.allreduce(tf.concat([mean, mean_sq], 0), op=hvd.Average)
@@ -81,6 +86,9 @@ class TowerBatchNormalization(keras.layers.BatchNormalization):
 
     def get_config(self):
         return {**super().get_config(), "horovod_sync": self.horovod_sync}
+
+
+install_batchnorm_moments(TowerBatchNormalization, TowerBatchNormalization.synced_moments)
 
 
 def _import_horovod():

@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
+from .._internals import convert_variables_to_constants
 from ..callbacks.fileio import atomic_write_bytes
 from ..utils import logger
 from .base import build_model_for_inference
@@ -95,14 +96,12 @@ class ModelExporter:
         ``optimize`` and ``toco_compatible`` (TF1 graph transforms) have no TF2 meaning;
         ``toco_compatible=True`` is warned about.
         """
-        from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
         del optimize  # the frozen graph is already pruned to what the outputs need
         if toco_compatible:
             logger.warning("ModelExporter.export_compact(toco_compatible=True) has no TF2 meaning; "
                            "convert the SavedModel with tf.lite.TFLiteConverter instead.")
         _, pruned = self._pruned()
-        frozen = convert_variables_to_constants_v2(pruned.concrete_function)
+        frozen = convert_variables_to_constants(pruned.concrete_function)
         graph_def = frozen.graph.as_graph_def()
         d = os.path.dirname(filename)
         if d:

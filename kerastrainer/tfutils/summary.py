@@ -7,8 +7,8 @@ each training call (averaged over the call's steps and the replicas); the
 records, as in tensorpack.
 
 ``tf.summary.scalar``, ``tf.summary.histogram`` and ``tf.summary.image`` called in a
-training tower (TF2's, or TF1's ``tf.compat.v1.summary`` that tensorpack programs call
-through ``tfv1``) are captured the same way (a tower has no summary writer; without
+training tower (TF2's here; TF1's ``tf.compat.v1.summary``, that tensorpack programs call
+through ``tfv1``, in ``compat/summary.py``) are captured the same way (a tower has no summary writer; without
 this they would write nothing): a scalar becomes a moving summary, a histogram and
 an image (its first ``max_outputs`` samples) go to TensorBoard from the last step of
 each epoch. Their ``step`` argument is ignored: the trainer knows the step. Outside
@@ -28,6 +28,7 @@ import re
 
 import tensorflow as tf
 
+from .._internals import install_tf_summary_patch
 from ..utils import logger
 from .tower import current_scope_name, get_current_tower_context
 
@@ -151,23 +152,23 @@ def add_param_summary(*summary_lists):
 
 # --- tf.summary.* in a tower ---------------------------------------------------------------
 
-def _scoped(name: str) -> str:
+def scoped_name(name: str) -> str:
     scope = current_scope_name()
     return f"{scope}/{name}" if scope else name
 
 
-def _capture_scalar(ctx, name, data, *_, **__):
+def capture_scalar(ctx, name, data, *_, **__):
     t = tf.convert_to_tensor(data)
     if t.shape.rank not in (0, None):
         raise ValueError(f"tf.summary.scalar({name!r}) takes a scalar; got shape {t.shape}.")
-    ctx.moving_summaries[_scoped(name)] = tf.cast(tf.reshape(t, []), tf.float32)
+    ctx.moving_summaries[scoped_name(name)] = tf.cast(tf.reshape(t, []), tf.float32)
 
 
-def _capture_histogram(ctx, name, data, *_, **__):
-    ctx.tensor_summaries[_scoped(name)] = tf.reshape(tf.cast(data, tf.float32), [-1])
+def capture_histogram(ctx, name, data, *_, **__):
+    ctx.tensor_summaries[scoped_name(name)] = tf.reshape(tf.cast(data, tf.float32), [-1])
 
 
-def _image_batch(name, data, max_outputs):
+def image_batch(name, data, max_outputs):
     t = tf.convert_to_tensor(data)
     if t.shape.rank != 4:
         raise ValueError(f"tf.summary.image({name!r}) takes a batch of images [k, h, w, c]; got shape {t.shape}.")
@@ -176,40 +177,11 @@ def _image_batch(name, data, max_outputs):
 
 def _capture_image(ctx, name, data, max_outputs=3, *_, **__):
     # floats are read as [0, 1] and integers as their full range, as tf.summary.image does
-    t = tf.image.convert_image_dtype(_image_batch(name, data, max_outputs), tf.float32)
-    ctx.tensor_summaries[_scoped(name)] = tf.clip_by_value(t, 0.0, 1.0)
+    t = tf.image.convert_image_dtype(image_batch(name, data, max_outputs), tf.float32)
+    ctx.tensor_summaries[scoped_name(name)] = tf.clip_by_value(t, 0.0, 1.0)
 
 
-def _v1_float_image_to_unit(t):
-    """TF1's ``tf.summary.image`` scaling of float images, into [0, 1].
-
-    Each image on its own: all values >= 0: the largest becomes 1; some < 0: 0 becomes
-    128/255 and the value of largest magnitude reaches 1/255 or 1 (TF1's documented rule).
-    Weight and activation images (tensorpack's mnist-visualizations) depend on it.
-    """
-    t = tf.cast(t, tf.float32)
-    finite = tf.math.is_finite(t)
-    lo = tf.reduce_min(tf.where(finite, t, 0.0), axis=[1, 2, 3], keepdims=True)
-    hi = tf.reduce_max(tf.where(finite, t, 0.0), axis=[1, 2, 3], keepdims=True)
-    eps = 1e-6  # TF1 maps an all-zero image to 0 (or to 128 when it has negatives)
-    signed = lo < 0
-    mag = tf.where(signed, tf.maximum(-lo, tf.abs(hi)), hi)
-    scale = tf.where(mag < eps, 0.0, tf.where(signed, 127.0, 255.0) / tf.maximum(mag, eps))
-    offset = tf.where(signed, 128.0, 0.0)
-    out = tf.where(finite, t * scale + offset, 0.0)
-    return tf.clip_by_value(tf.floor(out), 0.0, 255.0) / 255.0  # TF1 truncates to uint8
-
-
-def _capture_image_v1(ctx, name, tensor, max_outputs=3, *_, **__):
-    t = _image_batch(name, tensor, max_outputs)
-    t = tf.image.convert_image_dtype(t, tf.float32) if t.dtype == tf.uint8 else _v1_float_image_to_unit(t)
-    ctx.tensor_summaries[_scoped(name)] = t
-
-
-_CAPTURES = {"scalar": _capture_scalar, "histogram": _capture_histogram, "image": _capture_image}
-# tf.compat.v1.summary.*(name, tensor, [max_outputs,] collections=None, family=None): no step
-# argument, and float images are rescaled rather than clipped
-_CAPTURES_V1 = {"scalar": _capture_scalar, "histogram": _capture_histogram, "image": _capture_image_v1}
+_CAPTURES = {"scalar": capture_scalar, "histogram": capture_histogram, "image": _capture_image}
 
 
 def _tower_aware(kind: str, original):
@@ -229,38 +201,13 @@ def _tower_aware(kind: str, original):
     return summary_op
 
 
-def _tower_aware_v1(kind: str, original):
-    capture = _CAPTURES_V1[kind]
-
-    @functools.wraps(original)
-    def summary_op(name, tensor, *args, **kwargs):
-        ctx = get_current_tower_context()
-        if ctx is None:
-            return original(name, tensor, *args, **kwargs)
-        if ctx.is_main_training_tower:
-            capture(ctx, name, tensor, *args, **kwargs)
-        return tf.constant(b"")  # TF1 returns a serialized Summary; nothing reads it in TF2
-
-    summary_op._kerastrainer_original = original
-    return summary_op
-
-
 def _install_tower_summaries() -> None:
     """Route ``tf.summary.scalar/histogram/image`` calls made in a tower to the trainer.
 
-    Both TF2's and TF1's (``tf.compat.v1.summary``, what tensorpack programs call through
-    ``from tensorpack import tfv1 as tf``; in TF2 it writes nothing without a default writer).
+    A process-wide patch, installed through ``_internals.install_tf_summary_patch``. TF1's
+    ``tf.compat.v1.summary`` is routed by ``kerastrainer/compat/summary.py``.
     """
-    for module in {id(m): m for m in (tf.summary, tf.compat.v2.summary)}.values():
-        for kind in _CAPTURES:
-            fn = getattr(module, kind, None)
-            if fn is not None and not hasattr(fn, "_kerastrainer_original"):
-                setattr(module, kind, _tower_aware(kind, fn))
-    v1 = tf.compat.v1.summary
-    for kind in _CAPTURES_V1:
-        fn = getattr(v1, kind, None)
-        if fn is not None and not hasattr(fn, "_kerastrainer_original"):
-            setattr(v1, kind, _tower_aware_v1(kind, fn))
+    install_tf_summary_patch(_tower_aware, _CAPTURES)
 
 
 _install_tower_summaries()

@@ -20,9 +20,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from ..compat.keras_phase import keras_training_phase
-from ..compat.variables import tf1_variables_in_store
+from .._internals import keras_training_phase, tf_variable_of
 from ..utils.casting import cast_exactly
+from .extensions import tower_contexts
 from .layer_store import LayerStore, log_layer_shapes
 from .tower import TowerContext
 
@@ -108,12 +108,6 @@ def _stable_layer_names(model) -> Dict[str, str]:
     return {n: (n if st in users else st) for n, st in out.items()}
 
 
-def _inner(v):
-    """The tf.Variable behind a Keras 3 variable (or ``v`` itself)."""
-    inner = getattr(v, "_value", None)
-    return inner if isinstance(inner, tf.Variable) else v
-
-
 def _placeholder_spec(spec: tf.TensorSpec, name: str) -> tf.TensorSpec:
     return tf.TensorSpec(spec.shape, spec.dtype, name=name)
 
@@ -150,7 +144,7 @@ class TowerFunction:
                  total: int = 1):
         """Run the tower in a TowerContext; returns ``(cost, context)``."""
         with TowerContext(name, is_training=is_training, index=index, total=total,
-                          layer_store=self.layer_store) as ctx, tf1_variables_in_store(self.layer_store), \
+                          layer_store=self.layer_store) as ctx, tower_contexts(self.layer_store), \
                 keras_training_phase(is_training):
             # Tower code runs as written (graph semantics, as in tensorpack), not rewritten
             # by AutoGraph: use tf.cond / tf.while_loop for data-dependent control flow.
@@ -243,8 +237,8 @@ class TowerFunction:
 
         ``exclude``: variables with another owner (Keras layers kept as model attributes).
         """
-        known = {id(_inner(v)) for v in self.layer_store.named_variables().values()}
-        known.update(id(_inner(v)) for v in exclude)
+        known = {id(tf_variable_of(v)) for v in self.layer_store.named_variables().values()}
+        known.update(id(tf_variable_of(v)) for v in exclude)
         for var in self.created_variables:
             if id(var) in known:
                 continue

@@ -33,6 +33,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from .._internals import optimizer_slot_lists, optimizer_trainable_variables
 from ..utils import logger
 from ..utils.casting import cast_exactly
 
@@ -100,20 +101,17 @@ def _optimizer_variables(opt, name_of: Dict[int, str]) -> Dict[str, object]:
         # the optimizer that owns the slots is 'optimizer/' whatever wraps it (a loss-scale wrapper
         # with fp16): a checkpoint then loads under either precision
         prefix = OPTIMIZER_PREFIX if depth == len(chain) - 1 else f"{OPTIMIZER_PREFIX}{type(o).__name__}/"
-        tvars = list(getattr(o, "_trainable_variables", None) or [])
+        tvars = optimizer_trainable_variables(o)
         tids = {_vid(v) for v in tvars}
         if tvars:
-            for attr in sorted(vars(o)):
-                val = getattr(o, attr, None)
-                if attr in ("_trainable_variables", "_variables") or not isinstance(val, (list, tuple)) \
-                        or len(val) != len(tvars):
+            for slot, val in optimizer_slot_lists(o):
+                if len(val) != len(tvars):
                     continue
                 # one variable of its reference's shape per trainable variable (None where it has none)
                 if not any(v is not None for v in val) or not all(
                         v is None or (_is_variable(v) and _vid(v) not in tids and _shape(v) == _shape(ref))
                         for v, ref in zip(val, tvars)):
                     continue
-                slot = attr.lstrip("_")
                 for i, (ref, sv) in enumerate(zip(tvars, val)):
                     if sv is None or _vid(sv) in claimed:
                         continue

@@ -30,8 +30,8 @@ import tensorflow as tf
 
 from ..callbacks.base import Callback, StopTraining
 from ..callbacks.defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
-from ..compat.global_step import global_step_of, set_current_global_step
-from ..compat.optimizer import learning_rate_variable
+from ..tfutils.extensions import learning_rate_variable
+from ..tfutils.global_step import global_step_of, set_current_global_step
 from ..input_source.base import InputSource, InputSourceError
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..tfutils.tower_func import scalar_cost_error

@@ -4,10 +4,10 @@ Every check of a config lives in config.py (its arguments when made, ``check_lau
 launched, ``resolve_steps_per_epoch`` once the input is known); this module only wires them."""
 from __future__ import annotations
 
-from ..compat.graph_mode import eager_inside_tf1_graph
 from ..input_source.base import InputSource
 from ..input_source.queue import QueueInput
 from ..input_source.staging import StagingInput
+from ..tfutils.extensions import launch_contexts
 from ..utils import logger
 from ..utils.devices import get_num_gpu
 from .base import Trainer
@@ -41,7 +41,7 @@ def launch_train_with_config(config: TrainConfig, trainer: Trainer) -> Trainer:
         launch_train_with_config(TrainConfig(model=M(), dataflow=df, max_epoch=5), SimpleTrainer())
     """
     config.check_launchable(trainer)
-    with eager_inside_tf1_graph():  # tensorpack programs may train inside `with tf.Graph().as_default()`
+    with launch_contexts():  # compat: tensorpack programs may train inside `with tf.Graph().as_default()`
         return _launch(config, trainer)
 
 

@@ -5,7 +5,7 @@ from typing import List
 
 import tensorflow as tf
 
-from ..compat.optimizer import call_optimizer
+from ..tfutils.extensions import read_optimizer
 from ..tfutils.layer_store import LayerStore
 from ..tfutils.tower import get_current_tower_context
 from ..tfutils.tower_func import ModelVariables, TowerFunction
@@ -137,6 +137,6 @@ class ModelDesc(ModelDescBase):
         """
         opt = self.__dict__.get("_optimizer")
         if opt is None:
-            opt = call_optimizer(self.optimizer, self.layer_store)
+            opt = read_optimizer(self.optimizer, self.layer_store)
             self.__dict__["_optimizer"] = opt
         return opt

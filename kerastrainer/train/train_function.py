@@ -21,7 +21,7 @@ from typing import Dict, List, Tuple
 import keras
 import tensorflow as tf
 
-from ..compat.keras_random import with_keras_random_state
+from .._internals import with_keras_random_state
 from ..utils.devices import current_replica_index
 
 __all__ = ["build_train_function", "NONFINITE_GRADS"]

@@ -24,6 +24,7 @@ from typing import List, Optional, Union
 
 import tensorflow as tf
 
+from .._internals import xla_kernel_device_types
 from ..tfutils.tower_func import scalar_cost_error
 from ..utils import logger
 from ..utils.devices import device_type
@@ -45,9 +46,6 @@ def xla_unsupported_ops(concrete_function, device_type: str = "CPU") -> List[str
 
     Read from the graph, before anything runs: no data is consumed, no collective started.
     """
-    # no public API lists the XLA kernels registered for an op
-    from tensorflow.python.framework import kernels
-
     global _xla_kernels_registered
     if not _xla_kernels_registered:  # XLA registers its compilation kernels when first used
         with tf.device("/device:CPU:0"):
@@ -69,8 +67,7 @@ def xla_unsupported_ops(concrete_function, device_type: str = "CPU") -> List[str
             if node.op in library:
                 continue
             if node.op not in supported:
-                supported[node.op] = any(kd.device_type == jit_device
-                                         for kd in kernels.get_registered_kernels_for_op(node.op).kernel)
+                supported[node.op] = jit_device in xla_kernel_device_types(node.op)
             if not supported[node.op]:
                 bad.setdefault(node.op, node.name)
     return [f"{op} ({name})" for op, name in sorted(bad.items())]

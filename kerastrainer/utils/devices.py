@@ -45,8 +45,8 @@ def current_device() -> str:
     strategy traces it), else TensorFlow's default, the first GPU when there is one."""
     import tensorflow as tf
     if tf.executing_eagerly():   # the `with tf.device(...)` scope, if any (an eager op's own
-        from tensorflow.python.eager import context   # placement would say where it landed)
-        device = context.context().device_name or ""
+        from .._internals import eager_device_scope   # placement would say where it landed)
+        device = eager_device_scope()
     else:
         device = tf.constant(0.0).device
     if device:

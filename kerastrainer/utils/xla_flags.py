@@ -20,7 +20,6 @@ Example::
 from __future__ import annotations
 
 import os
-import sys
 from typing import List, MutableMapping, Optional
 
 __all__ = ["DISABLED_PASSES", "apply_default_xla_flags", "default_flags_state", "merge_disabled_passes"]
@@ -36,13 +35,8 @@ _state = {"result": None, "tf_started": False}
 
 def _tf_started() -> bool:
     """Whether TensorFlow's runtime is up (XLA may have read XLA_FLAGS already)."""
-    if "tensorflow" not in sys.modules:
-        return False
-    try:
-        from tensorflow.python.eager import context
-        return context.context()._context_handle is not None  # private; stable across TF 2.x
-    except Exception:  # noqa: BLE001  (an unknown TF layout: assume the worst)
-        return True
+    from .._internals import tf_runtime_started
+    return tf_runtime_started()
 
 
 def merge_disabled_passes(flags: str, passes=DISABLED_PASSES) -> str:
