@@ -154,8 +154,8 @@ def child_fused_plain(args, huge_pages: bool = False):
         return [aug.decode(np.fromfile(dp[0], np.uint8), name=dp[0]), np.int32(dp[1])]
 
     if huge_pages:  # as before 2026-11-23: the workers keep numpy's huge-page advice
-        from kerastrainer.dataflow import parallel
-        parallel.no_numpy_huge_pages = lambda: None
+        from kerastrainer.dataflow import _workers
+        _workers.no_numpy_huge_pages = lambda: None
     ds = BatchData(MapData(DataFromList(_files(args.images_dir), shuffle=True), load), BATCH, remainder=False)
     _run_kt(MultiProcessRunnerZMQ(ds, num_proc=args.workers), args)
 

@@ -32,9 +32,9 @@ ALIAS_MODULES = {
     "kerastrainer.compat.global_step": "the old path of the global step registry -> tfutils/global_step.py",
     "kerastrainer.compat.keras_phase": "the old path of keras_training_phase -> _internals.py",
     "kerastrainer.compat.keras_random": "the old path of with_keras_random_state -> _internals.py",
-    "kerastrainer.tfutils.gradproc": "tensorpack.tfutils.gradproc -> compat/gradproc.py",
-    "kerastrainer.tfutils.optimizer": "tensorpack.tfutils.optimizer -> compat/gradproc.py",
-    "kerastrainer.callbacks.summary": "tensorpack.callbacks.summary -> compat/callbacks.py, callbacks/steps.py",
+    "kerastrainer.compat.gradproc": "the old path of the gradient processors -> tfutils/gradproc.py, optimizer.py",
+    "kerastrainer.compat.callbacks": "the old path of MergeAllSummaries, RunUpdateOps -> callbacks/accepted.py",
+    "kerastrainer.callbacks.summary": "tensorpack.callbacks.summary -> callbacks/accepted.py, callbacks/steps.py",
     "kerastrainer.contrib.keras": "tensorpack.contrib.keras -> compat/keras_callback.py, keras/",
     "kerastrainer.train.noop": "the old path of NoOpTrainer -> train/trainers.py",
     "kerastrainer.dataflow.imgaug.transform": "tensorpack's imgaug.transform -> _transforms.py, base.py",
@@ -43,16 +43,10 @@ ALIAS_MODULES = {
 # The core never imports compat/ (the TF1 translations): compat registers into the core's hooks
 # (tfutils/extensions.py: where a tower is called, where ModelDesc.optimizer() is read, where
 # training is launched), and the core loads it by the name in extensions.EXTENSIONS, not by an
-# import. What is left are alias modules at tensorpack paths (see ALIAS_MODULES): tensorpack put
-# these names in tfutils/ and callbacks/, and their implementations are TF1 translations, which
-# live in compat/. An entry that disappears is fine; a new edge fails.
-KNOWN_CORE_TO_COMPAT = {
-    # tensorpack.tfutils.gradproc / .optimizer: gradient processors run on TF1-style (grad, var) lists
-    ("kerastrainer.tfutils.gradproc", "kerastrainer.compat.gradproc"),
-    ("kerastrainer.tfutils.optimizer", "kerastrainer.compat.gradproc"),
-    # tensorpack.callbacks.summary.MergeAllSummaries: TF1 summary collections, accepted and said
-    ("kerastrainer.callbacks.summary", "kerastrainer.compat.callbacks"),
-}
+# import. Names at tensorpack paths in the core (tfutils.gradproc, tfutils.optimizer,
+# callbacks.summary) are implemented in the core; compat's old paths re-export them.
+# Issue 25 item 2: this set is empty, and must stay so; a new edge fails.
+KNOWN_CORE_TO_COMPAT = set()
 
 # utils/ imports nothing above it, but for this one plain re-export: the documented path
 # of shard_dataflow / ShardedDataFlow (docs/multi-node.md) is kerastrainer.utils.cluster;
@@ -289,12 +283,12 @@ def test_only_keras_and_predict_import_train():
     assert not bad, "train/ is imported from below it:\n" + _describe(bad)
 
 
-def test_the_core_imports_compat_only_where_known():
+def test_the_core_never_imports_compat():
+    assert not KNOWN_CORE_TO_COMPAT, "no core module may import compat/ (issue 25 item 2)"
     bad = [(s, d, w) for s, d, w in _edges()
-           if _package(d) == "compat" and _package(s) not in ("compat", "contrib")
-           and (s, d) not in KNOWN_CORE_TO_COMPAT]
-    assert not bad, ("the core imports compat/ (which builds on it); KNOWN_CORE_TO_COMPAT lists the "
-                     "known ones, issue 25 item 2:\n" + _describe(bad))
+           if _package(d) == "compat" and _package(s) not in ("compat", "contrib")]
+    assert not bad, ("the core imports compat/ (which builds on it); register into a hook of "
+                     "tfutils/extensions.py instead:\n" + _describe(bad))
 
 
 def _holds_logic(tree):

@@ -39,7 +39,8 @@ def _name_the_callback(error: Exception, cb: Callback, hook: str) -> None:
         error._kerastrainer_callback = where
     except AttributeError:   # an exception type without a __dict__
         pass
-    logger.error("The %s: %s: %s", where, type(error).__name__, error)
+    # (the type only: the exception's own message follows in its traceback)
+    logger.error("The %s (%s).", where, type(error).__name__)
     if hasattr(error, "add_note"):   # Python >= 3.11
         error.add_note(f"(kerastrainer: the {where})")
 

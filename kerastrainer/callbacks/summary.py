@@ -1,5 +1,5 @@
 """Mirrors ``tensorpack.callbacks.summary``: MergeAllSummaries (a no-op) and MovingAverageSummary."""
-from ..compat.callbacks import MergeAllSummaries
+from .accepted import MergeAllSummaries
 from .steps import MovingAverageSummary
 
 __all__ = ["MergeAllSummaries", "MovingAverageSummary"]

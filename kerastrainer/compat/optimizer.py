@@ -30,8 +30,8 @@ from .._internals import optimizer_variable_index, rmsprop_velocities, tf1_optim
 from ..tfutils.extensions import learning_rate_variable, set_learning_rate_variable
 from ..tfutils.global_step import active_store
 from ..tfutils.layer_store import LayerStore
+from ..tfutils.optimizer import GradientProcessedOptimizer, install_processors
 from ..utils import logger
-from .gradproc import GradientProcessedOptimizer, install_processors
 from .variables import tf1_variables_in_store
 
 __all__ = ["call_optimizer", "translate_optimizer", "learning_rate_variable", "MomentumV1", "RMSPropV1"]

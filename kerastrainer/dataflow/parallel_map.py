@@ -13,6 +13,10 @@ datapoint. Outputs come in completion order, not input order.
   pass (one per input, minus the Nones), draining the buffer at the end of the pass.
   If a pass is abandoned half-way, its late results are discarded by the next one.
 
+This module holds the map runners and their buffering; it leaves the worker-process
+plumbing (forking, parent death, the message token, receiving with liveness checks,
+worker errors) to :mod:`._workers` and the encoding of datapoints to :mod:`.wire`.
+
 Example::
 
     ds = MultiProcessMapDataZMQ(FileNames(), num_proc=4, map_func=decode_and_augment)
@@ -35,9 +39,9 @@ from typing import Any, Callable, Iterator, Optional
 import zmq
 
 from .base import DataFlowReentrantGuard, ProxyDataFlow
-from .parallel import (DataFlowWorkerError, WorkerProcesses, _release_threads, _release_zmq, _worker_prologue,
-                       _WorkerFailure, check_max_message_bytes, fail_for_dead, new_ipc_address,
-                       raise_if_error_frames, recv_checked, report_failure_and_exit, secure_local_socket)
+from ._workers import (DataFlowWorkerError, WorkerFailure, WorkerProcesses, check_max_message_bytes, fail_for_dead,
+                       new_ipc_address, raise_if_error_frames, recv_checked, release_threads, release_zmq,
+                       report_failure_and_exit, secure_local_socket, worker_prologue)
 from ..utils import logger
 from ..utils.concurrency import StoppableThread
 from .wire import DEFAULT_MAX_MESSAGE_BYTES, check_message_size, dumps_frames, loads_frames, message_nbytes
@@ -206,7 +210,7 @@ class _ParallelMapBase(ProxyDataFlow):
 # ----------------------------------------------------------------------------
 
 def _map_worker(parent_pid, use_pdeathsig, map_func, addr, hwm, idx, owner, token, max_bytes):
-    _worker_prologue(parent_pid, use_pdeathsig)
+    worker_prologue(parent_pid, use_pdeathsig)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.sndhwm = sock.rcvhwm = hwm
@@ -273,7 +277,7 @@ class MultiProcessMapDataZMQ(_ParallelMapBase):
         sock.sndhwm = sock.rcvhwm = self.buffer_size * 2 + 10
         sock.router_mandatory = 1
         secure_local_socket(sock, self.max_message_bytes)
-        self._finalizer = weakref.finalize(self, _release_zmq, self._workers.procs, [sock], ctx, tmpdir,
+        self._finalizer = weakref.finalize(self, release_zmq, self._workers.procs, [sock], ctx, tmpdir,
                                            os.getpid())
         sock.bind(addr)
         self._sock = sock
@@ -362,7 +366,7 @@ class _MapThread(StoppableThread):
             try:
                 out = self.map_func(dp)
             except Exception:
-                self.out_q.put((tag, _WorkerFailure(self.owner, self.idx, None, traceback.format_exc())))
+                self.out_q.put((tag, WorkerFailure(self.owner, self.idx, None, traceback.format_exc())))
                 return
             self.out_q.put((tag, _NO_OUTPUT if out is None else out))
 
@@ -391,7 +395,7 @@ class MultiThreadMapData(_ParallelMapBase):
         name = type(self).__name__
         self._threads = [_MapThread(self.map_func, self._in_q, self._out_q, i, name)
                          for i in range(self.num_thread)]
-        self._finalizer = weakref.finalize(self, _release_threads, self._threads, self._in_q)
+        self._finalizer = weakref.finalize(self, release_threads, self._threads, self._in_q)
         for t in self._threads:
             t.start()
 
@@ -406,6 +410,6 @@ class MultiThreadMapData(_ParallelMapBase):
                 if self._closed:
                     raise RuntimeError(f"{type(self).__name__} was closed while being iterated") from None
                 continue
-            if type(out) is _WorkerFailure:
+            if type(out) is WorkerFailure:
                 raise out.error()
             return tag, out

@@ -1,6 +1,6 @@
 """Thread-local state shared by the LMS modules.
 
-- which :class:`~kerastrainer.lms.policy.LMS` is active for a layer store (or a Keras model),
+- which :class:`~kerastrainer.lms.LMS` is active for a layer store (or a Keras model),
 - the per-trace record of blocks in forward order (for ``swapin_ahead`` triggers),
 - the "recomputing" flag under which assignments to non-trainable variables
   (BatchNorm moving statistics) are skipped, so that a recomputed block does not

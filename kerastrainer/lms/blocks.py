@@ -34,7 +34,7 @@ from ..tfutils.tower import TowerContext, current_layer_store, current_scope_nam
     layer_scope
 from . import _state
 
-__all__ = ["lms_block", "current_block_key"]
+__all__ = ["lms_block", "current_block_key", "inside_block"]
 
 _local = threading.local()
 
@@ -46,7 +46,8 @@ def current_block_key() -> Optional[str]:
 
 
 @contextlib.contextmanager
-def _inside(key: str):
+def inside_block(key: str):
+    """Inside: :func:`current_block_key` is ``key`` (blocks nested in it run plainly)."""
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
@@ -87,7 +88,7 @@ def _reentry(key: str, scope_key: str) -> Callable:
             scope = "/".join(p for p in (tf.get_current_name_scope(), scope_key) if p)
             if scope:
                 stack.enter_context(tf.name_scope(scope + "/"))
-            stack.enter_context(_inside(key))
+            stack.enter_context(inside_block(key))
             yield
 
     return reenter
@@ -97,12 +98,12 @@ def run_in_block(key: str, fn: Callable, args: tuple, kwargs: dict, lms=None, sc
     """Run ``fn(*args, **kwargs)`` as block ``key`` of ``lms`` (or plainly when None); its layers
     live under ``scope_key`` (``key`` unless the block has no scope of its own)."""
     # a block nested in a wrapped block runs plainly: the outer one already saves its memory
-    if lms is not None and current_block_key() is None and lms._profiling_thread != threading.get_ident():
+    if lms is not None and current_block_key() is None and not lms.profiling_here():
         lms.note_batch(args)
     mode = lms.mode_for(key) if lms is not None and current_block_key() is None else None
     if mode is None:
         return fn(*args, **kwargs)
-    with _inside(key):
+    with inside_block(key):
         return lms.run_block(key, fn, args, kwargs, mode=mode,
                              reenter=_reentry(key, key if scope_key is None else scope_key))
 

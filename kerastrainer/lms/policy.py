@@ -13,6 +13,14 @@ first train call, which is when the train ``tf.function`` is traced, so that is
 where LMS installs itself. Variables are built by a trace without LMS (blocks run
 plainly there), and reused by the LMS trace.
 
+This module owns the coordination: ``apply`` / ``remove`` on each kind of model,
+and the mode of a block met in a trace (selected? being profiled? the policy or
+'auto''s plan). It leaves each concept to its module: the arguments and TFLMS's
+knobs to ``knobs.py``, which blocks to ``selection.py``, 'auto''s profile and plan
+to ``autoplan.py`` (arithmetic in ``planner.py``), running a block and the report
+to ``runner.py``, the edit of a Keras model to ``keras_patching.py``, and the two
+callback protocols to ``as_trainer_callback.py`` and ``as_keras_callback.py``.
+
 Example::
 
     lms = LMS(policy='recompute', blocks=['res*'])
@@ -23,45 +31,26 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import fnmatch
-import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import keras
-import numpy as np
-import tensorflow as tf
 
-from .._internals import layer_draws_random, sublayers
-from ..callbacks.base import Callback
+from ..tfutils.layer_store import LayerStore
 from ..utils import logger
 from . import _state
-from .offload import compute_device, same_device
-from .planner import Plan, Profiler, device_memory_budget, parse_bytes, plan
-from .recompute import MODES, BlockConfig, run_block
-from .tflms import as_name_set, check_known, run_error_message, warn_unsupported
+from .as_keras_callback import AsKerasCallback
+from .as_trainer_callback import AsTrainerCallback
+from .autoplan import AutoPlanner
+from .keras_patching import KerasPatches
+from .knobs import POLICIES, LMSKnobs
+from .planner import Plan
+from .runner import BlockRunner
+from .selection import BlockSelection
 
 __all__ = ["LMS", "LMSKerasCallback", "LMSSessionRunHook", "POLICIES"]
 
-POLICIES = ("auto",) + MODES
-_KerasCallbackBase = keras.callbacks.Callback
 
-_SCOPE_PROPS = ("excl_output_by_scopes", "excl_input_by_scopes", "incl_output_by_scopes",
-                "incl_input_by_scopes")
-_TYPE_PROPS = ("excl_output_by_types", "excl_input_by_types", "incl_output_by_types",
-               "incl_input_by_types")
-
-
-def _keras():
-    return keras
-
-
-def _is_name_collection(v) -> bool:
-    return isinstance(v, (set, frozenset, list, tuple)) and all(isinstance(x, str) for x in v)
-
-
-class LMS(Callback, _KerasCallbackBase):
+class LMS(LMSKnobs, AsTrainerCallback, AsKerasCallback):
     """Large model support: recompute or offload the activations of model blocks.
 
     Args:
@@ -123,8 +112,6 @@ class LMS(Callback, _KerasCallbackBase):
         keras_model.fit(x, y, callbacks=[LMS(swapout_threshold=2, swapin_ahead=1, swapin_groupby=1)])
     """
 
-    _chief_only = False  # every worker traces its own towers
-
     def __init__(self, policy: Optional[str] = None, blocks: Optional[Sequence] = None,
                  swapout_threshold: int = -1, swapin_ahead: int = -1, swapin_groupby: int = -1,
                  excl_blocks: Sequence = (), host_device: Optional[str] = None,
@@ -135,190 +122,76 @@ class LMS(Callback, _KerasCallbackBase):
                  starting_op_names: Optional[Iterable[str]] = None, n_tensors: int = -1,
                  lb: Optional[int] = None, debug: bool = False, debug_level: int = 1,
                  is_training: bool = True, **tflms: Any):
-        _KerasCallbackBase.__init__(self)
-        check_known(tflms, ())
-        if not isinstance(policy, (str, type(None))) and _is_name_collection(policy):
-            # TFLMS 2018: LMS(optimizer_scopes, graph=...) always swapped
-            tflms.setdefault("optimizer_scopes", policy)
-            policy = "offload"
-        if policy is not None and policy not in POLICIES:
-            hint = " (TFLMS's arguments are keywords here: swapout_threshold=...)" \
-                if isinstance(policy, (int, np.integer)) else ""
-            raise ValueError(f"LMS policy must be one of {POLICIES}; got {policy!r}{hint}.")
-        if lb is not None and swapin_ahead == -1:
-            swapin_ahead = lb
-        for n, v in (("swapout_threshold", swapout_threshold), ("swapin_ahead", swapin_ahead),
-                     ("swapin_groupby", swapin_groupby), ("n_tensors", n_tensors)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < -1:
-                raise ValueError(f"LMS {n} must be an int >= -1 (-1: automatic); got {v!r}.")
-        if sync_mode not in (0, 1, 2, 3):
-            raise ValueError(f"LMS sync_mode must be 0, 1, 2 or 3 (TFLMS's modes); got {sync_mode!r}.")
-        if debug_level not in (1, 2):
-            raise ValueError(f"LMS debug_level must be 1 or 2; got {debug_level!r}.")
-        if host_device is not None and cpu_device is not None and host_device != cpu_device:
-            raise ValueError(f"LMS got host_device={host_device!r} and cpu_device={cpu_device!r}: they are "
-                             "the same knob (TFLMS called it cpu_device); give one.")
-        host_device = host_device or cpu_device or "/cpu:0"
-        if isinstance(blocks, (str, bytes)):
-            blocks = [blocks]
-        if isinstance(excl_blocks, (str, bytes)):
-            excl_blocks = [excl_blocks]
-        tf.DeviceSpec.from_string(host_device)  # fails early on a malformed device
-        warn_unsupported(tflms)
-        self.tflms_knobs = dict(tflms)
-        manual = swapout_threshold >= 0 and swapin_ahead >= 0 and swapin_groupby >= 0
-        self._implicit_policy = policy is None
-        self.policy = policy or ("offload" if manual else "auto")
-        if self._implicit_policy:
-            logger.info("LMS: policy %r (%s).", self.policy,
-                        "swapout_threshold, swapin_ahead and swapin_groupby given, as TFLMS's manual mode"
-                        if manual else "TFLMS's auto-tuning: -1 knobs")
-        self.blocks = None if blocks is None else list(blocks)
-        self.excl_blocks = list(excl_blocks)
-        self.excl_scopes = as_name_set(excl_scopes, "excl_scopes")
-        self.incl_scopes = as_name_set(incl_scopes, "incl_scopes")
-        self.excl_types = as_name_set(excl_types, "excl_types")
-        self.incl_types = as_name_set(incl_types, "incl_types")
-        for prop in _SCOPE_PROPS + _TYPE_PROPS:
-            setattr(self, "_" + prop, set())
-        self.starting_scope = starting_scope
-        self.starting_op_names = None if starting_op_names is None else \
-            as_name_set(starting_op_names, "starting_op_names")
-        self.n_tensors = int(n_tensors)
-        self.sync_mode = int(sync_mode)
-        if self.sync_mode in (1, 3):
-            logger.warning("LMS: TFLMS's sync_mode=%d asks for synchronous swap-outs, which TF2 does not "
-                           "need (the copy runs as soon as the tensor exists, the compute does not wait "
-                           "for it); only the swap-in part of the mode is used.", self.sync_mode)
-        self.debug, self.debug_level = bool(debug), int(debug_level)
-        self.is_training = is_training
-        self.host_device = host_device
-        self.memory_budget = parse_bytes(memory_budget)
-        self.batch_size = batch_size
-        self.knobs = {"swapout_threshold": int(swapout_threshold), "swapin_ahead": int(swapin_ahead),
-                      "swapin_groupby": int(swapin_groupby)}
-        self.config = BlockConfig(host_device=host_device,
-                                  swapin_ahead=1 if swapin_ahead < 0 else int(swapin_ahead),
-                                  swapin_groupby=1 if swapin_groupby <= 0 else int(swapin_groupby),
-                                  swapout_threshold=1 if swapout_threshold < 0 else int(swapout_threshold),
-                                  sync_swapin=self.sync_mode in (2, 3))
-        self.plan: Optional[Plan] = None
-        self._plan_pending: Optional[Callable[[], None]] = None
-        self._profiler: Optional[Profiler] = None
-        self._profiling_thread = None
-        self._lock = threading.RLock()
-        self._wrapped_layers: List = []
-        self._owners: List = []
-        self._keras_models: List = []
-        self._batch_seen: Optional[int] = None   # the batch of the training trace
-        self._batch_data: Optional[int] = None   # the trainer's first batch
-        self._reported = False
-        self._checked = False
-        self._warned_fallback = False
-        self._in_fit = False                     # between Keras's on_train_begin and on_train_end
-        self.found_blocks: Dict[str, None] = {}  # every block key traced, in forward order
-        self.seen_blocks: Dict[str, str] = {}   # key -> mode used at the last trace
-        self.last_report: Optional[Dict[str, Any]] = None
+        AsKerasCallback.__init__(self)
+        LMSKnobs.__init__(self, policy, blocks, swapout_threshold, swapin_ahead, swapin_groupby, excl_blocks,
+                          host_device, memory_budget, batch_size, sync_mode=sync_mode, excl_scopes=excl_scopes,
+                          incl_scopes=incl_scopes, excl_types=excl_types, incl_types=incl_types,
+                          cpu_device=cpu_device, starting_scope=starting_scope,
+                          starting_op_names=starting_op_names, n_tensors=n_tensors, lb=lb, debug=debug,
+                          debug_level=debug_level, is_training=is_training, **tflms)
+        self._selection = BlockSelection(self)
+        self._auto = AutoPlanner(self, self._selection)
+        self._runner = BlockRunner(self, self._selection)
+        self._keras = KerasPatches()
+        self._owners: List = []  # the layer stores LMS is active on
 
-    # --- TFLMS's properties -------------------------------------------------------------------
-    def run(self, graph=None, keras: bool = False):
-        """TFLMS's TF1 graph edit: raises an error that shows the TF2 call to use."""
-        raise RuntimeError(run_error_message("run(graph)"))
+    # --- what LMS knows after a trace ------------------------------------------------------------
+    @property
+    def plan(self) -> Optional[Plan]:
+        """'auto''s plan (None before it is made, or for another policy)."""
+        return self._auto.plan
 
-    def begin(self):
-        """TFLMS's ``SessionRunHook.begin``: raises an error that shows the TF2 call to use."""
-        raise RuntimeError(run_error_message("begin() (the SessionRunHook)"))
+    @plan.setter
+    def plan(self, value: Optional[Plan]) -> None:
+        self._auto.plan = value
 
     @property
-    def autotune_plot(self) -> bool:
-        return bool(self.tflms_knobs.get("autotune_plot", False))
-
-    @autotune_plot.setter
-    def autotune_plot(self, value: bool) -> None:
-        self.tflms_knobs["autotune_plot"] = value
-        warn_unsupported({"autotune_plot": value})
+    def found_blocks(self) -> Dict[str, None]:
+        """Every block key traced, in forward order."""
+        return self._selection.found_blocks
 
     @property
-    def is_training(self) -> bool:
-        return self._is_training
+    def seen_blocks(self) -> Dict[str, str]:
+        """Block key -> the mode it ran under at the last trace."""
+        return self._runner.seen_blocks
 
-    @is_training.setter
-    def is_training(self, value: bool) -> None:
-        if not value:
-            logger.warning("LMS: TFLMS's is_training=False (edit an inference graph) has no TF2 meaning: "
-                           "LMS acts on training traces only; inference runs as is.")
-        self._is_training = bool(value)
+    @property
+    def last_report(self) -> Optional[Dict[str, Any]]:
+        """After a trace: ``{'blocks': n, 'applied': [...], 'modes': {...}, 'swapped_tensors': k}``."""
+        return self._runner.last_report
 
-    # --- which blocks ------------------------------------------------------------------------
-    @staticmethod
-    def _matches(key: str, patterns) -> bool:
-        for p in patterns:
-            if not isinstance(p, str):  # a Keras layer: its block key is its name
-                if getattr(p, "name", None) == key:
-                    return True
-                continue
-            if fnmatch.fnmatchcase(key, p) or key.startswith(p.rstrip("/") + "/"):
-                return True
-        return False
+    @property
+    def _wrapped_layers(self) -> List:
+        return self._keras.layers
 
-    def _excluded_patterns(self) -> List:
-        return list(self.excl_blocks) + sorted(self.excl_scopes | self._excl_output_by_scopes |
-                                               self._excl_input_by_scopes)
-
-    def _included_patterns(self) -> Optional[List]:
-        incl = sorted(self.incl_scopes | self._incl_output_by_scopes | self._incl_input_by_scopes)
-        if self.blocks is None and not incl:
-            return None
-        return list(self.blocks or []) + incl
-
+    # --- a block met in a trace (called by lms_block and wrapped layers) -------------------------
     def selects(self, key: str) -> bool:
         """Whether block ``key`` is one LMS may touch (``blocks``, ``excl_blocks`` and TFLMS's scopes)."""
-        if self._matches(key, self._excluded_patterns()):
-            return False
-        incl = self._included_patterns()
-        return incl is None or self._matches(key, incl)
-
-    def _starts_here(self, key: str) -> bool:
-        """TFLMS's starting_scope / starting_op_names / n_tensors, on blocks in forward order."""
-        order = list(self.found_blocks)
-        start = [p for p in ([self.starting_scope] if self.starting_scope else []) +
-                 sorted(self.starting_op_names or ())]
-        idx = order.index(key)
-        if start:
-            first = next((i for i, k in enumerate(order) if self._matches(k, start)), None)
-            if first is None or idx < first:
-                return False
-            order = order[first:]
-            idx -= first
-        if self.n_tensors >= 0:
-            taken = [k for k in order[:idx] if self.selects(k)]
-            return len(taken) < self.n_tensors
-        return True
+        return self._selection.selects(key)
 
     def mode_for(self, key: str) -> Optional[str]:
-        """The mode of block ``key`` in the trace being built: a mode of ``MODES``, or None."""
-        self.found_blocks.setdefault(key, None)
-        if not self.selects(key) or not self._starts_here(key):
+        """The mode of block ``key`` in the trace being built: a mode of ``MODES``, ``'profile'`` or None."""
+        if not self._selection.admits(key):
             return None
-        if self._profiling_thread == threading.get_ident():
+        if self._auto.profiling_here():
             return "profile"
         if self.policy != "auto":
             return self.policy
-        if self._plan_pending is not None:
-            self._run_pending_plan()
-        return self.plan.modes.get(key) if self.plan is not None else None
+        return self._auto.mode_for(key)
+
+    def profiling_here(self) -> bool:
+        """Whether this thread runs 'auto''s scratch trace (blocks are measured, not run under a mode)."""
+        return self._auto.profiling_here()
 
     def note_batch(self, tensors) -> None:
         """Remember the static batch size of a training trace's block input (for 'auto')."""
-        if self._batch_seen is not None:
-            return
-        for t in tf.nest.flatten(tensors):
-            shape = getattr(t, "shape", None)
-            if isinstance(t, tf.Tensor) and shape is not None and shape.rank and shape[0] is not None:
-                self._batch_seen = int(shape[0])
-                return
+        self._auto.note_batch(tensors)
 
-    # --- running a block ---------------------------------------------------------------------
+    def note_data_batch(self, batch: Optional[int], replace: bool = True) -> None:
+        """The batch size of the data (the trainer's first batch, or fit's), for 'auto'."""
+        if replace or self._auto.data_batch is None:
+            self._auto.data_batch = batch
+
     def run_block(self, key: str, fn: Callable, args: tuple, kwargs: dict, mode: Optional[str] = None,
                   reenter: Optional[Callable] = None):
         """Run ``fn(*args, **kwargs)`` as block ``key`` (called by ``lms_block`` and wrapped layers)."""
@@ -326,193 +199,12 @@ class LMS(Callback, _KerasCallbackBase):
         if mode is None:
             return fn(*args, **kwargs)
         if mode == "profile":
-            return self._profile_block(key, fn, args, kwargs)
-        cfg = self.config
-        if "offload" in mode and same_device(compute_device(), self.host_device):
-            if self._implicit_policy and mode == "offload":
-                # TFLMS's knobs on a machine whose host is the compute device: swapping frees
-                # nothing, so the blocks it would swap are recomputed (same gradients, lower peak)
-                if not self._warned_fallback:
-                    self._warned_fallback = True
-                    logger.warning("LMS: host device %s is the compute device (no GPU): swapping to it frees "
-                                   "nothing, so the blocks TFLMS's knobs select are recomputed instead.",
-                                   self.host_device)
-                mode = "recompute"
-                cfg = dataclasses.replace(cfg, keep_last_in_recompute=True)
-            elif key not in self.seen_blocks:
-                logger.warning("LMS: block '%s' is offloaded to %s, which is the compute device: "
-                               "nothing moves. Set host_device to another device.", key, self.host_device)
-        if "offload" in mode and self._has_type_filters():
-            cfg = dataclasses.replace(cfg, tensor_filter=self._tensor_filter)
-        self.seen_blocks[key] = mode
-        return run_block(key, fn, args, kwargs, mode, cfg, reenter=reenter, report=self._report)
+            return self._auto.profile_block(key, fn, args, kwargs)
+        return self._runner.run(key, fn, args, kwargs, mode, reenter=reenter)
 
-    def _has_type_filters(self) -> bool:
-        return bool(self.excl_types or self.incl_types or any(getattr(self, "_" + p) for p in _TYPE_PROPS))
-
-    def _tensor_filter(self, t: tf.Tensor, consumer) -> bool:
-        """TFLMS's op-type filters: whether tensor ``t`` (read by ``consumer``, or None) may be swapped."""
-        src = t.op.type
-        if src in (self.excl_types | self._excl_output_by_types):
-            return False
-        incl_src = self.incl_types | self._incl_output_by_types
-        if incl_src and src not in incl_src:
-            return False
-        if consumer is not None:
-            if consumer.type in self._excl_input_by_types:
-                return False
-            if self._incl_input_by_types and consumer.type not in self._incl_input_by_types:
-                return False
-        return True
-
-    def _report(self, state) -> None:
-        """Called when the backward pass of a trace's first block is built: every block is known."""
-        recs = list(state.blocks)
-        n = len(recs)
-        applied = [r for r in recs if r.get("applied")]
-        swapped = sum(r.get("swapped", 0) for r in recs)
-        self.last_report = {"blocks": n, "applied": [r["name"] for r in applied], "swapped_tensors": swapped,
-                            "modes": {r["name"]: r["mode"] for r in applied}}
-        if self.debug:
-            for r in recs:
-                logger.info("LMS debug: block %d '%s': %s%s", r["index"], r["name"],
-                            r["mode"] if r.get("applied") else "kept on the device",
-                            f", {r.get('swapped', 0)} tensor(s) swapped" if r.get("swapped") else "")
-                if self.debug_level >= 2 and r.get("swapped_names"):
-                    logger.info("LMS debug:   swapped %s", ", ".join(r["swapped_names"]))
-        if self._reported:
-            return
-        self._reported = True
-        if not applied and n:
-            t = self.knobs["swapout_threshold"]
-            why = (f"swapout_threshold={t} keeps the last {t} blocks on the device, and {n} block(s) were "
-                   f"found ({n} selected of {len(self.found_blocks)})" if t >= n
-                   else "every block was kept on the device")
-            logger.warning("LMS selects nothing: %s, so nothing is swapped or recomputed. Here the knobs "
-                           "count blocks (lms_block s or Keras sub-layers), not graph levels as in TFLMS: "
-                           "use swapout_threshold below %d (0 touches every block) and swapin_ahead / "
-                           "swapin_groupby of a few blocks.", why, n)
-        else:
-            logger.info("LMS: %d block(s) found; %d handled (%s); %d tensor(s) swapped to %s.", n, len(applied),
-                        ", ".join(f"{r['name']}={r['mode']}" for r in applied), swapped, self.host_device)
-
-    def _check_selection(self) -> None:
+    def check_selection(self) -> None:
         """After the first training step: warn when the patterns matched none of the blocks found."""
-        if self._checked:
-            return
-        self._checked = True
-        if not self.found_blocks:
-            logger.warning("LMS found no block in the training step: mark parts of the tower function with "
-                           "lms_block(name, fn), or (Keras) give blocks= with layer names.")
-        elif not self.seen_blocks and self.policy != "auto":
-            logger.warning("LMS selects none of the %d block(s) found (%s) with blocks=%s, excluded %s%s.",
-                           len(self.found_blocks), ", ".join(list(self.found_blocks)[:12]),
-                           self._included_patterns(), self._excluded_patterns(),
-                           f", starting_scope={self.starting_scope!r}" if self.starting_scope else "")
-
-    def _profile_block(self, key, fn, args, kwargs):
-        graph = tf.compat.v1.get_default_graph()
-        n0 = len(graph.get_operations())
-        out = fn(*args, **kwargs)
-        inputs = [t for t in tf.nest.flatten(args) if isinstance(t, tf.Tensor)]
-        self._profiler.record(key, graph.get_operations()[n0:], inputs)
-        return out
-
-    @contextlib.contextmanager
-    def _profiling(self, profiler: Profiler):
-        self._profiler, self._profiling_thread = profiler, threading.get_ident()
-        try:
-            yield profiler
-        finally:
-            self._profiler, self._profiling_thread = None, None
-
-    # --- 'auto' ------------------------------------------------------------------------------
-    def _run_pending_plan(self):
-        with self._lock:
-            pending, self._plan_pending = self._plan_pending, None
-            if pending is not None:
-                pending()
-
-    def _decide(self, profiler: Profiler, weight_bytes: int) -> Plan:
-        if profiler.unknown:
-            logger.warning("LMS auto: %d tensor sizes are unknown at trace time and were left out of "
-                           "the estimate.", profiler.unknown)
-        budget = self.memory_budget if self.memory_budget is not None else device_memory_budget()
-        can_offload = not same_device(compute_device(), self.host_device)
-        chosen = plan(profiler.blocks, profiler.outside_bytes, weight_bytes, budget, can_offload,
-                      keep_last=self.config.swapout_threshold)
-        self.plan = chosen
-        logger.info("%s", chosen.summary())
-        if profiler.blocks:
-            logger.info("LMS auto: %d block(s) profiled at batch size %s: %s", len(profiler.blocks),
-                        profiler.batch_size, ", ".join(f"{b.key}={b.bytes / (1 << 20):.1f}MiB"
-                                                       for b in profiler.blocks))
-        else:
-            logger.warning("LMS auto: the model has no block LMS may touch (mark them with lms_block, "
-                           "or give blocks=).")
-        return chosen
-
-    def _known_batch(self, specs=()) -> Optional[int]:
-        """The batch 'auto' estimates with: given, seen in the training trace, the trainer's, the specs'."""
-        for b in (self.batch_size, self._batch_seen, self._batch_data):
-            if b is not None:
-                return int(b)
-        for s in specs:
-            if s.shape.rank and s.shape[0] is not None:
-                return int(s.shape[0])
-        return None
-
-    def _batch_for(self, specs) -> int:
-        b = self._known_batch(specs)
-        if b is not None:
-            return b
-        logger.warning("LMS auto: the batch size is unknown (not given, not static in the training trace or "
-                       "the input signature); estimating with batch 1, which likely finds nothing to do. "
-                       "Give LMS(batch_size=...) for a real estimate.")
-        return 1
-
-    @staticmethod
-    def _weight_bytes(variables) -> int:
-        # weights, their gradients and two optimizer slots (Adam): 4 copies
-        return 4 * sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in variables)
-
-    def _plan_tower(self, model) -> None:
-        specs = list(model.get_input_signature())
-        batch = self._batch_for(specs)
-        specs = [tf.TensorSpec([batch if (i == 0 and d is None) else d for i, d in
-                                enumerate(s.shape.as_list())] if s.shape.rank else s.shape, s.dtype, s.name)
-                 for s in specs]
-        tower = model.get_tower_function()
-        prof = Profiler(batch)
-
-        def trace(*inputs):
-            tower(*inputs, name="tower0", is_training=True, index=0, total=1)
-            prof.record_graph(tf.compat.v1.get_default_graph())
-
-        with self._profiling(prof):
-            tf.function(trace, autograph=False).get_concrete_function(*specs)
-        self._decide(prof, self._weight_bytes(model.layer_store.trainable_variables_list))
-
-    def _plan_keras(self, kmodel) -> None:
-        inputs = getattr(kmodel, "inputs", None)
-        if not inputs:
-            logger.warning("LMS auto: cannot profile a Keras model without symbolic inputs "
-                           "(subclassed); recomputing every selected block.")
-            self.plan = Plan({k: "recompute" for k, _ in self._keras_blocks(kmodel)}, None, 0, 0, 0, 0, 0,
-                             True)
-            return
-        specs = [tf.TensorSpec(t.shape, t.dtype) for t in tf.nest.flatten(inputs)]
-        batch = self._batch_for(specs)
-        specs = [tf.TensorSpec([batch] + list(s.shape[1:]), s.dtype) for s in specs]
-        prof = Profiler(batch)
-
-        def trace(*xs):
-            kmodel(list(xs) if len(xs) > 1 else xs[0], training=True)
-            prof.record_graph(tf.compat.v1.get_default_graph())
-
-        with self._profiling(prof):
-            tf.function(trace, autograph=False).get_concrete_function(*specs)
-        self._decide(prof, self._weight_bytes(kmodel.trainable_weights))
+        self._selection.check_once(self.seen_blocks)
 
     # --- installing --------------------------------------------------------------------------
     def apply(self, model):
@@ -523,15 +215,13 @@ class LMS(Callback, _KerasCallbackBase):
         ``KerasModel`` (its Keras model). Takes effect at the next trace of the
         training function.
         """
-        keras = _keras()
         kmodel = getattr(model, "keras_model", None)
         if isinstance(model, keras.Model) or isinstance(kmodel, keras.Model):
             kmodel = model if isinstance(model, keras.Model) else kmodel
-            if any(m is kmodel for m in self._keras_models):
-                return model  # already applied by this LMS (fit, then evaluate with the same callbacks)
-            return self._apply_keras(kmodel) and model
+            if not self.applied_to(kmodel):  # else: applied already (fit, then evaluate with the same callbacks)
+                self._apply_keras(kmodel)
+            return model
         store = getattr(model, "layer_store", model)
-        from ..tfutils.layer_store import LayerStore
         if not isinstance(store, LayerStore):
             raise TypeError(f"LMS.apply needs a ModelDesc, a LayerStore or a keras.Model; got "
                             f"{type(model).__name__}.")
@@ -541,155 +231,30 @@ class LMS(Callback, _KerasCallbackBase):
         self._owners.append(store)
         if self.policy == "auto":
             if hasattr(model, "get_tower_function"):
-                self._plan_pending = lambda: self._plan_tower(model)
-                # built and the batch known: plan now, so the log comes before training; else
-                # at the first training trace, with the batch size it sees
-                if not store.allow_create and self._known_batch(model.get_input_signature()) is not None:
-                    self._run_pending_plan()
+                self._auto.schedule_tower(model, store)
             else:
                 logger.warning("LMS auto on a bare LayerStore cannot profile; recomputing every block.")
                 self.policy = "recompute"
         return model
 
-    def _keras_blocks(self, kmodel) -> List:
-        keras = _keras()
-        layers = [l for l in sublayers(kmodel, recursive=True)]
-        incl = self._included_patterns()
-        if incl is None:
-            direct = [l for l in sublayers(kmodel, recursive=False)
-                      if not isinstance(l, keras.layers.InputLayer)]
-            chosen = [l for l in direct
-                      if sublayers(l, recursive=False)]
-            if not chosen:
-                # a flat model (Sequential of plain layers): one block per layer;
-                # random layers (Dropout: a SeedGenerator) cannot be recomputed; the output layer's
-                # backward pass comes first (nothing to save) and Keras's loss reads its softmax's
-                # logits, which a wrapped call would hide
-                chosen = [l for l in direct[:-1] if not layer_draws_random(l)]
-                left = [l.name for l in direct[:-1] if layer_draws_random(l)]
-                logger.info("LMS: Keras model '%s' is flat: one block per layer (%d layers; the output layer "
-                            "%s%s stays plain).", kmodel.name, len(chosen), direct[-1].name if direct else "",
-                            (", random layers " + ", ".join(left)) if left else "")
-            if not chosen:
-                raise ValueError(f"LMS: Keras model '{kmodel.name}' has no layer to use as a block; give "
-                                 "blocks= (layer names, patterns or layers).")
-        else:
-            objs = [b for b in incl if isinstance(b, keras.layers.Layer)]
-            chosen = [l for l in layers if any(l is o for o in objs) or self._matches(l.name, incl)]
-            if not chosen:
-                raise ValueError(f"LMS: no sub-layer of '{kmodel.name}' matches blocks={incl}; "
-                                 f"its layers are {[l.name for l in layers][:20]}.")
-        excl_objs = [b for b in self.excl_blocks if isinstance(b, keras.layers.Layer)]
-        excl = self._excluded_patterns()
-        return [(l.name, l) for l in chosen
-                if not any(l is e for e in excl_objs) and not self._matches(l.name, excl)]
+    def applied_to(self, kmodel) -> bool:
+        """Whether this LMS has patched Keras model ``kmodel``."""
+        return self._keras.holds(kmodel)
 
-    def _apply_keras(self, kmodel) -> bool:
-        from .blocks import current_block_key, _inside
-        for key, layer in self._keras_blocks(kmodel):
-            if getattr(layer, "_lms_original_call", None) is not None:
-                raise ValueError(f"LMS: layer '{key}' is already wrapped by an LMS; call remove() on "
-                                 "that one first.")
-            orig = layer.call
-            lms = self
-
-            def call(*args, _orig=orig, _key=key, **kwargs):
-                training = kwargs.get("training", None)
-                flat = tf.nest.flatten(args)
-                if training is False or current_block_key() is not None or \
-                        not any(isinstance(t, tf.Tensor) for t in flat):
-                    return _orig(*args, **kwargs)
-                if lms._profiling_thread != threading.get_ident():
-                    lms.note_batch(flat)
-                mode = lms.mode_for(_key)
-                if mode is None:
-                    return _orig(*args, **kwargs)
-                with _inside(_key):
-                    return lms.run_block(_key, _orig, args, kwargs, mode=mode,
-                                         reenter=lambda: _inside(_key))
-
-            object.__setattr__(layer, "call", call)
-            object.__setattr__(layer, "_lms_original_call", orig)
-            self._wrapped_layers.append(layer)
-        self._keras_models.append(kmodel)
+    def _apply_keras(self, kmodel) -> None:
+        self._keras.wrap(kmodel, self._selection.keras_blocks(kmodel), self)
         if self.policy == "auto":
-            self._plan_pending = lambda: self._plan_keras(kmodel)
-            inputs = getattr(kmodel, "inputs", None) or []
-            specs = [tf.TensorSpec(t.shape, t.dtype) for t in tf.nest.flatten(inputs)]
-            if kmodel.built and self._known_batch(specs) is not None:
-                self._run_pending_plan()
-            # else: planned at the first training trace, with the batch size it sees
+            self._auto.schedule_keras(kmodel)
         logger.info("LMS (%s) on Keras model '%s': blocks %s", self.policy, kmodel.name,
-                    [l.name for l in self._wrapped_layers])
-        return True
+                    [l.name for l in self._keras.layers])
 
     def remove(self) -> None:
         """Undo :meth:`apply`: unwrap Keras layers and deactivate on tower stores."""
-        for layer in self._wrapped_layers:
-            object.__setattr__(layer, "call", layer._lms_original_call)
-            object.__setattr__(layer, "_lms_original_call", None)
-        self._wrapped_layers = []
-        for kmodel in self._keras_models:
-            # the cached train function was traced with LMS: trace again without it
-            if getattr(kmodel, "train_function", None) is not None:
-                kmodel.train_function = None
-        self._keras_models = []
+        self._keras.undo()
         for owner in self._owners:
             if _state.active_lms(owner) is self:
                 _state.deactivate(owner)
         self._owners = []
-
-    # --- the callback ------------------------------------------------------------------------
-    def _setup_graph(self):
-        fn = getattr(self.trainer, "_train_fn", None)
-        traced = getattr(fn, "experimental_get_tracing_count", lambda: 0)()
-        if traced:
-            raise RuntimeError("LMS was set up after the train function was traced; it cannot change "
-                               "it any more. Give LMS in TrainConfig(callbacks=[...]) (or call "
-                               "lms.apply(model) before training).")
-        self._batch_data = _first_batch_size(getattr(self.trainer, "input", None))
-        disable_xla = getattr(self.trainer, "disable_xla", None)
-        if disable_xla is not None:  # one XLA cluster would ignore the host copies and fuse away the recompute
-            disable_xla("LMS swaps activations to the host and recomputes them, which an XLA-compiled step undoes")
-        self.apply(self.trainer.model)
-
-    def _trigger_step(self):
-        self._check_selection()
-
-    def _after_train(self):
-        self.remove()
-
-    # --- as a Keras callback: keras.Model.fit(callbacks=[lms]) --------------------------------
-    def set_model(self, model) -> None:
-        """Keras: install LMS on the model fit trains (before its train function is traced)."""
-        _KerasCallbackBase.set_model(self, model)
-        if not any(m is model for m in self._keras_models):
-            if getattr(model, "train_function", None) is not None:
-                model.train_function = None  # traced without LMS: make fit trace it again
-            self.apply(model)
-
-    def set_params(self, params) -> None:
-        _KerasCallbackBase.set_params(self, params)
-        if params and params.get("batch_size") and self._batch_data is None:
-            self._batch_data = int(params["batch_size"])
-
-    def on_train_begin(self, logs=None) -> None:
-        self._in_fit = True
-
-    def on_train_batch_end(self, batch, logs=None) -> None:
-        self._check_selection()
-
-    def on_train_end(self, logs=None) -> None:
-        self._in_fit = False
-        self.remove()
-
-    def on_test_end(self, logs=None) -> None:
-        if not self._in_fit:  # evaluate(callbacks=[lms]) alone: undo set_model
-            self.remove()
-
-    def on_predict_end(self, logs=None) -> None:
-        if not self._in_fit:
-            self.remove()
 
     def __str__(self):
         return f"LMS({self.policy})"
@@ -697,33 +262,3 @@ class LMS(Callback, _KerasCallbackBase):
 
 LMSKerasCallback = LMS  # TFLMS's Keras callback name: the same class
 LMSSessionRunHook = LMS  # TFLMS's Estimator hook name: its begin() says what to use in TF2
-
-
-def _property(name: str):
-    def get(self):
-        return getattr(self, "_" + name)
-
-    def set_(self, value):
-        setattr(self, "_" + name, as_name_set(value, name))
-    return property(get, set_, doc=f"TFLMS's ``{name}`` (a set of names); see :class:`LMS`.")
-
-
-for _name in _SCOPE_PROPS + _TYPE_PROPS:
-    setattr(LMS, _name, _property(_name))
-
-
-def _first_batch_size(source, depth: int = 0) -> Optional[int]:
-    """The batch size of the first datapoint an InputSource holds, when it holds one (QueueInput)."""
-    if source is None or depth > 3:
-        return None
-    first = getattr(source, "_first", None)
-    if first:
-        shape = getattr(first[0], "shape", ())
-        return int(shape[0]) if len(shape) else None
-    for attr in ("input", "_input", "source", "_source"):
-        inner = getattr(source, attr, None)
-        if inner is not None and inner is not source:
-            b = _first_batch_size(inner, depth + 1)
-            if b is not None:
-                return b
-    return None

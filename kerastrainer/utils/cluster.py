@@ -2,17 +2,8 @@
 
 Nothing here imports TensorFlow, so the launcher can use it. (The rank detection itself lives in
 ``utils/_cluster_env.py``, which the logger and DataFlows use; this module re-exports it.)
-The cluster is read from the first of these that is present:
-
-1. the variables set by ``kerastrainer-run`` (``KERASTRAINER_RANK``, ``KERASTRAINER_SIZE``,
-   ``KERASTRAINER_LOCAL_RANK``, ``KERASTRAINER_LOCAL_SIZE``; addresses from ``TF_CONFIG``),
-2. ``TF_CONFIG`` (``chief`` and ``worker`` jobs; the chief, when there is one, is rank 0),
-3. a SLURM job step started by ``srun`` (``SLURM_PROCID``, ``SLURM_STEP_NUM_TASKS``,
-   ``SLURM_STEP_NODELIST``, ``SLURM_STEP_TASKS_PER_NODE``, ``SLURM_DISTRIBUTION``,
-   ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_JOB_ID``),
-4. Horovod / MPI launchers (``HOROVOD_RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``...),
-   which give a rank and size but no addresses,
-5. otherwise a single process: rank 0 of 1.
+Where the rank and the cluster are read from (kerastrainer-run, TF_CONFIG, srun, horovodrun,
+mpirun; otherwise a single process): see ``utils/_cluster_env.py``.
 
 Example::
 
