@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass, field
 from itertools import product
@@ -34,7 +35,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 __all__ = ["ClusterInfo", "get_cluster_info", "get_rank_and_size", "get_rank", "get_size",
            "get_local_rank", "is_chief", "parse_tf_config", "slurm_cluster_info", "expand_slurm_hostlist",
            "expand_slurm_tasks_per_node", "make_tf_config", "shard_list", "private_log_dir", "is_private_log_dir",
-           "ENV_RANK", "ENV_SIZE", "ENV_LOCAL_RANK", "ENV_LOCAL_SIZE", "ENV_PORT_BASE", "PRIVATE_LOG_DIR_PREFIX"]
+           "ENV_RANK", "ENV_SIZE", "ENV_LOCAL_RANK", "ENV_LOCAL_SIZE", "ENV_PORT_BASE", "PRIVATE_LOG_DIR_PREFIX",
+           "find_free_ports"]
 
 ENV_RANK = "KERASTRAINER_RANK"
 ENV_SIZE = "KERASTRAINER_SIZE"
@@ -401,3 +403,17 @@ def private_log_dir(rank: int) -> str:
     tmp = tempfile.mkdtemp(prefix=f"{PRIVATE_LOG_DIR_PREFIX}{rank}-")
     atexit.register(shutil.rmtree, tmp, True)
     return tmp
+
+
+def find_free_ports(n: int, host: str = "127.0.0.1") -> List[int]:
+    """``n`` distinct TCP ports that are free on ``host`` right now."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()

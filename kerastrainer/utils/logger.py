@@ -217,6 +217,28 @@ def _lock_dir(dirname: str) -> None:
     _DIR_LOCK = lock
 
 
+def set_logger_dir_on_chief(dirname: str, action: Optional[str] = None) -> str:
+    """The chief uses ``dirname`` as its log directory; every other worker a private temporary one.
+
+    Only the chief writes logs, checkpoints and monitors' files; the others' temporary
+    directory (removed when the process exits) keeps callbacks that need a directory
+    working. Returns the directory this process uses. (``set_logger_dir`` does the same on a
+    non-chief worker, with a warning: that is the script run unchanged on every rank.)
+    Usually imported from ``kerastrainer.utils.cluster``.
+
+    Example::
+
+        set_logger_dir_on_chief('train_log/mnist', action='k')
+        config = AutoResumeTrainConfig(...)    # workers get the chief's checkpoint by broadcast
+    """
+    info_ = get_cluster_info()
+    if info_.rank == 0:
+        set_logger_dir(dirname, action=action)
+    else:
+        set_logger_dir(private_log_dir(info_.rank))
+    return get_logger_dir()
+
+
 def auto_set_dir(action: Optional[str] = None, name: Optional[str] = None) -> str:
     """Use ``train_log/<script name>[:name]`` as the log directory; returns it."""
     mod = sys.modules["__main__"]
