@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import _thread
+import queue
 import select
 import signal
 import socket
@@ -56,20 +57,36 @@ def _resend_swallowed_stop(unraisable) -> bool:
         return False   # SIG_DFL / SIG_IGN: the exception did not come from a handler
     if getattr(getattr(handler, "__self__", None), "records_stop_signals", False):
         return True    # its owner (a trainer's StopSignals) acts on the signal anyway: no second one
-    # sent from another thread, once this hook has returned: sent from here, the handler would
-    # run inside the hook and be lost again (the wakeup fd sees the new one too)
-    threading.Thread(target=_resend_soon, args=(signum,), name="resend-stop-signal", daemon=True).start()
+    # sent again by the resender thread once this hook has returned: sent from here, the handler
+    # would run inside the hook, where its exception is lost for good (a hook's own exception is
+    # only printed). SimpleQueue.put runs no Python code, so no handler can run inside it.
+    _RESEND_REQUESTS.put(signum)
     return True
 
 
-def _resend_soon(signum: int) -> None:
-    time.sleep(0.001)
-    _thread.interrupt_main(signum)
+_RESEND_REQUESTS: "queue.SimpleQueue[int]" = queue.SimpleQueue()
+_in_hook = [0]        # > 0 while the main thread runs the unraisable hook
+_resender = [None]    # the resender thread, started with the hook
+
+
+def _resend_when_out_of_the_hook() -> None:
+    """The resender thread: each requested signal is sent again once the main thread has left the
+    hook (if it lands in another finalizer, the hook asks again)."""
+    while True:
+        signum = _RESEND_REQUESTS.get()
+        time.sleep(0.001)
+        while _in_hook[0]:
+            time.sleep(0.001)
+        _thread.interrupt_main(signum)
 
 
 def _unraisable_hook(unraisable) -> None:
-    if not _resend_swallowed_stop(unraisable):
-        _previous_hook(unraisable)
+    _in_hook[0] += 1
+    try:
+        if not _resend_swallowed_stop(unraisable):
+            _previous_hook(unraisable)
+    finally:
+        _in_hook[0] -= 1
 
 
 _previous_hook = sys.unraisablehook
@@ -80,6 +97,10 @@ def keep_interrupts_from_finalizers() -> None:
 
     Every other unraisable exception goes to the hook that was there before."""
     global _previous_hook
+    if _resender[0] is None or not _resender[0].is_alive():   # (a forked child has no threads)
+        _resender[0] = threading.Thread(target=_resend_when_out_of_the_hook, name="resend-stop-signal",
+                                        daemon=True)
+        _resender[0].start()
     if sys.unraisablehook is _unraisable_hook:
         return
     _previous_hook = sys.unraisablehook
