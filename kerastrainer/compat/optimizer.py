@@ -106,7 +106,7 @@ def _translate(opt, lr) -> keras.optimizers.Optimizer:
     if a.get("use_locking", False):
         logger.warning("optimizer(): %s(use_locking=True) has no meaning in TF2 and is ignored.", kind)
     if kind == "GradientDescentOptimizer":
-        return keras.optimizers.SGD(lr), f"keras.optimizers.SGD"
+        return keras.optimizers.SGD(lr), "keras.optimizers.SGD"
     if kind == "MomentumOptimizer":
         return (MomentumV1(lr, momentum=float(a["momentum"]), nesterov=bool(a["use_nesterov"])),
                 f"kerastrainer.compat.MomentumV1(momentum={a['momentum']}, nesterov={a['use_nesterov']})")

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..callbacks.base import Callback
-from ..utils.casting import check_cast_keeps_values as _check_cast_keeps_values
+from ..utils.casting import cast_exactly
 
 __all__ = ["InputSource", "InputSourceError", "check_datapoint", "as_component_list",
            "spec_to_str"]
@@ -96,9 +96,7 @@ def check_datapoint(dp, specs: Sequence[tf.TensorSpec], where: str) -> List[np.n
                 f"{spec_to_str(spec)}. Fix the DataFlow (e.g. BatchData, a cast in MapData) or inputs()."
                 + _channel_hint(arr.shape, shape, i))
         if arr.dtype != want:
-            _check_cast_keeps_values(arr, np.dtype(want), f"{where}: input '{spec.name}' (component {i})",
-                                     InputSourceError)
-            arr = arr.astype(want)
+            arr = cast_exactly(arr, want, f"{where}: input '{spec.name}' (component {i})", InputSourceError)
         out.append(arr)
     return out
 
