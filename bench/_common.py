@@ -285,3 +285,44 @@ def reference_random_resized_crop(path: str, r, out_hw, area=(0.08, 1.0), ratio=
     if r.uniform() < 0.5:
         img = cv2.flip(img, 1)
     return img
+
+
+# ----------------------------------------------------------------------------
+# drivers whose children print one 'RESULT {json}' line (keras_overhead.py, gan_step.py)
+# ----------------------------------------------------------------------------
+
+def run_result_children(script: str, systems: Sequence[str], repeats: int, child_args: Sequence[str],
+                        describe: Callable[[dict], str], timeout: float = 1200) -> Dict[str, List[dict]]:
+    """Run ``python script --child SYSTEM *child_args`` for each system, ``repeats`` times,
+    interleaved; returns each system's parsed ``RESULT`` lines. A failing child is reported and
+    left out; ``describe(result)`` is the progress line of one run."""
+    results: Dict[str, List[dict]] = {s: [] for s in systems}
+    for r in range(repeats):
+        for s in systems:   # interleaved: each repeat runs every system once
+            out = subprocess.run([sys.executable, script, "--child", s, *child_args],
+                                 capture_output=True, text=True, timeout=timeout)
+            line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+            if out.returncode != 0 or not line:
+                print(f"{s}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+                continue
+            res = json.loads(line[0][len("RESULT "):])
+            results[s].append(res)
+            print(f"  repeat {r + 1}: {s:14s} {describe(res)}", flush=True)
+    return results
+
+
+def print_rate_table(results: Dict[str, List[dict]], reference_prefix: str, loss_label: str, header: str) -> None:
+    """Medians of ``steps_per_s`` and ``loss`` per system, each rate as a ratio to the best system
+    whose name starts with ``reference_prefix``."""
+    med = {s: statistics.median(x["steps_per_s"] for x in v) for s, v in results.items() if v}
+    loss = {s: statistics.median(x["loss"] for x in v) for s, v in results.items() if v}
+    refs = [(v, s) for s, v in med.items() if s.startswith(reference_prefix)]
+    if not refs:
+        print("no reference run finished: no ratios")
+        return
+    best = max(refs)
+    print(f"\n{header}; reference: the best of {reference_prefix}* ({best[1]}, {best[0]:.1f} steps/s)")
+    print(f"{'system':16s} {'steps/s':>9s} {'vs reference':>13s} {loss_label:>13s}")
+    for s in results:
+        if s in med:
+            print(f"{s:16s} {med[s]:9.1f} {med[s] / best[0]:12.2f}x {loss[s]:13.5f}")

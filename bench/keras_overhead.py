@@ -20,10 +20,11 @@ final training loss (the epoch's mean; same data, seed and steps in every system
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
+
+from _common import print_rate_table, run_result_children
 
 BATCH = 64
 JIT = os.environ.get("KT_BENCH_JIT") == "1"   # SimpleTrainer(jit_compile=...) for the kerastrainer runs
@@ -109,28 +110,10 @@ def main():
         return
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     systems = ["keras_spe1"] + [f"keras_spe{s}" for s in args.spe.split(",")] + ["kt_dataflow", "kt_numpy", "kt_tfdata"]
-    results = {s: [] for s in systems}
-    for r in range(args.repeats):
-        for s in systems:   # interleaved: each repeat runs every system once
-            out = subprocess.run([sys.executable, __file__, "--child", s, "--steps", str(args.steps)],
-                                 capture_output=True, text=True, timeout=1200)
-            line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-            if out.returncode != 0 or not line:
-                print(f"{s}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
-                continue
-            res = json.loads(line[0][len("RESULT "):])
-            results[s].append(res)
-            print(f"  repeat {r + 1}: {s:12s} {res['steps_per_s']:8.1f} steps/s  loss {res['loss']:.5f}", flush=True)
-    med = {s: statistics.median(x["steps_per_s"] for x in v) for s, v in results.items() if v}
-    loss = {s: statistics.median(x["loss"] for x in v) for s, v in results.items() if v}
-    keras_best = max((v, s) for s, v in med.items() if s.startswith("keras"))
-    print(f"\nmedians of {args.repeats} runs, {args.steps} steps of batch {BATCH}; reference: best keras.Model.fit "
-          f"({keras_best[1]}, {keras_best[0]:.1f} steps/s)")
-    print(f"{'system':14s} {'steps/s':>9s} {'vs best keras':>14s} {'final loss':>11s}")
-    for s in systems:
-        if s in med:
-            print(f"{s:14s} {med[s]:9.1f} {med[s] / keras_best[0]:13.2f}x {loss[s]:11.5f}")
-
+    results = run_result_children(__file__, systems, args.repeats, ["--steps", str(args.steps)],
+                                  lambda r: f"{r['steps_per_s']:8.1f} steps/s  loss {r['loss']:.5f}")
+    print_rate_table(results, "keras", "final loss",
+                     f"medians of {args.repeats} runs, {args.steps} steps of batch {BATCH}")
 
 if __name__ == "__main__":
     main()

@@ -18,11 +18,14 @@ from . import dataflow
 from .dataflow import *  # noqa: F401,F403  (TF-free)
 
 # Subpackages whose public names are re-exported here, loaded on first access.
-_TF_MODULES = ("kerastrainer.tfutils", "kerastrainer.input_source", "kerastrainer.models",
+_TF_MODULES = ("kerastrainer.utils", "kerastrainer.tfutils", "kerastrainer.input_source", "kerastrainer.models",
                "kerastrainer.callbacks", "kerastrainer.train", "kerastrainer.predict",
                "kerastrainer.keras", "kerastrainer.lms",
                "kerastrainer.compat", "kerastrainer.compat.callbacks")
 _tf_names = None
+# tensorpack's `from tensorpack import *` also gives its subpackages (bound by its imports)
+_STAR_SUBMODULES = ("utils", "dataflow", "models", "callbacks", "tfutils", "train", "input_source", "predict",
+                    "compat", "libinfo", "graph_builder")
 
 
 def _tf_name_map():
@@ -45,7 +48,7 @@ def _tf_name_map():
 def __getattr__(name):
     if name == "__all__":
         # computed on demand (by a star-import), so that `import kerastrainer` stays TF-free
-        return list(dataflow.__all__) + ["logger"] + list(_tf_name_map())
+        return list(dataflow.__all__) + ["logger"] + list(_tf_name_map()) + list(_STAR_SUBMODULES)
     if name.startswith("__"):
         raise AttributeError(name)
     mod = _tf_name_map().get(name)

@@ -25,6 +25,12 @@ def _configure_tf():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long tests")
+    # Started in the background (nohup, `cmd &` in a script), SIGINT is ignored and every child
+    # inherits that: the tests that send Ctrl-C to a training would see it do nothing. Handled here,
+    # a child starts with SIGINT at its default (Python's KeyboardInterrupt).
+    import signal
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Before any test module can start TF's runtime. (The TF-free promise of
     # kerastrainer.dataflow is checked in a subprocess, so importing TF here is fine.)
     _configure_tf()

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,6 +68,22 @@ def test_digits_short_run(tmp_path):
     assert r.stdout.count("Layers of the model:") == 1 and "conv0 input" not in r.stdout
     assert "throughput/samples_per_sec" in r.stdout and "Estimated time left" in r.stdout
     assert "rendezvous" not in r.stderr and "CANCELLED" not in r.stderr
+
+
+def test_dcgan_digits_trains_both_objectives_and_writes_sample_grids(tmp_path):
+    logdir = str(tmp_path / "dcgan")
+    run_script("examples/gan/dcgan-digits.py", "--epochs", "2", "--logdir", logdir)
+    stats = json.load(open(os.path.join(logdir, "stats.json")))
+    assert [s["epoch_num"] for s in stats] == [1, 2]
+    for s in stats:
+        assert np.isfinite(s["d_loss"]) and np.isfinite(s["g_loss"]) and 0 <= s["d_accuracy"] <= 1
+        # each optimizer's learning rate, by objective
+        assert s["d_loss/learning_rate"] == pytest.approx(2e-4) and s["g_loss/learning_rate"] == pytest.approx(1e-3)
+    grids = sorted(os.listdir(os.path.join(logdir, "samples")))
+    assert grids == ["epoch-001.png", "epoch-002.png"]
+    png = open(os.path.join(logdir, "samples", grids[-1]), "rb").read()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+    assert glob.glob(os.path.join(logdir, "checkpoint-*.index"))
 
 
 def test_mnist_convnet_fake_and_resume(tmp_path):

@@ -40,6 +40,11 @@ ALIAS_MODULES = {
     "kerastrainer.dataflow.imgaug.transform": "tensorpack's imgaug.transform -> _transforms.py, base.py",
     "kerastrainer.utils.cluster": "the documented path of the cluster helpers -> _cluster_env.py, logger.py, "
                                  "dataflow/shard.py",
+    "kerastrainer.utils.serialize": "tensorpack.utils.serialize -> dataflow/wire.py",
+    "kerastrainer.models.common": "tensorpack.models.common -> registry.py, _shape_log.py, tflayer.py",
+    "kerastrainer.input_source.input_source": "tensorpack.input_source.input_source -> the source modules",
+    "kerastrainer.input_source.input_source_base": "tensorpack.input_source.input_source_base -> base.py, remap.py",
+    "kerastrainer.libinfo": "tensorpack.libinfo -> _version.py",
 }
 
 # The core never imports compat/ (the TF1 translations): compat registers into the core's hooks

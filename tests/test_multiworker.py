@@ -39,11 +39,31 @@ def make_data(batch, num_batches):
     return Rows()
 
 
-def make_model():
+def make_model(objectives=False):
     import keras
     import tensorflow as tf
     from kerastrainer.models import FullyConnected
-    from kerastrainer.train import ModelDesc
+    from kerastrainer.train import ModelDesc, Objective
+
+    class TwoObjectives(ModelDesc):
+        """fc1 minimises an auxiliary cost, fc2 the classification cost: two optimizers."""
+
+        def inputs(self):
+            return [tf.TensorSpec((None, DIM), tf.float32, "x"), tf.TensorSpec((None,), tf.int32, "y")]
+
+        def build_graph(self, x, y):
+            h = FullyConnected("fc1", x, 16, activation=tf.nn.tanh)
+            logits = FullyConnected("fc2", tf.stop_gradient(h), 3)
+            xent = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+            aux = tf.reduce_mean(tf.square(tf.reduce_mean(h, 1) - tf.cast(y, tf.float32)))
+            return {"xent": xent, "aux": aux}
+
+        def optimizer(self):
+            return [Objective("xent", keras.optimizers.SGD(LR), variables="fc2/"),
+                    Objective("aux", keras.optimizers.SGD(LR, momentum=0.9), variables="fc1/")]
+
+    if objectives:
+        return TwoObjectives()
 
     class MLP(ModelDesc):
         def inputs(self):
@@ -70,6 +90,7 @@ def worker_main(argv):
     p.add_argument("--sleep-at-step", type=int, default=0, help="rank 1 idles at this step (kill tests)")
     p.add_argument("--trainer", default="multiworker", choices=["multiworker", "horovod"])
     p.add_argument("--staging", action="store_true", help="StagingInput's thread stages the batches (forced on CPU)")
+    p.add_argument("--objectives", action="store_true", help="a model with two costs and two optimizers")
     p.add_argument("--same-logdir", action="store_true",
                    help="every rank calls logger.set_logger_dir(logdir, 'k'), as tensorpack programs do")
     args = p.parse_args(argv)
@@ -122,7 +143,8 @@ def worker_main(argv):
         data = dict(data=StagingInput(QueueInput(data), force=True))
     else:
         data = dict(dataflow=data)
-    config = AutoResumeTrainConfig(model=make_model(), callbacks=callbacks, max_epoch=args.epochs, **data)
+    config = AutoResumeTrainConfig(model=make_model(args.objectives), callbacks=callbacks, max_epoch=args.epochs,
+                                   **data)
     launch_train_with_config(config, trainer)
     record.update(logdir=logger.get_logger_dir(), global_step=trainer.global_step, epoch=trainer.epoch_num,
                   steps_per_epoch=trainer.steps_per_epoch,
@@ -168,24 +190,26 @@ def load(path):
         return {k: z[k] for k in z.files}
 
 
-def reference_training(init, steps):
+def reference_training(init, steps, objectives=False):
     """One process, SimpleTrainer, batch 2*BATCH made of the two workers' batches of each step."""
     from kerastrainer.train import SimpleTrainer, TrainConfig, launch_train_with_config
 
     trainer = SimpleTrainer(steps_per_call=1)
-    config = TrainConfig(model=make_model(), dataflow=make_data(2 * BATCH, NUM_BATCHES // 2), session_init=init,
+    config = TrainConfig(model=make_model(objectives), dataflow=make_data(2 * BATCH, NUM_BATCHES // 2), session_init=init,
                          extra_callbacks=[], monitors=[], steps_per_epoch=steps, max_epoch=1)
     launch_train_with_config(config, trainer)
     return _weights(trainer)
 
 
 # --- tests ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("variant", ["queue", "staging-thread", "same-logdir"])
+@pytest.mark.parametrize("variant", ["queue", "staging-thread", "same-logdir", "objectives"])
 def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path, variant):
     # same-logdir: the script calls logger.set_logger_dir(dir, 'k') on both ranks (tensorpack's
     # programs do); rank 1 must not take the chief's lock (it died with LogDirLockedError)
+    # objectives: two costs, two optimizers (each one's state broadcast and averaged alike)
     staging = variant == "staging-thread"
-    flags = {"queue": [], "staging-thread": ["--staging"], "same-logdir": ["--same-logdir"]}[variant]
+    flags = {"queue": [], "staging-thread": ["--staging"], "same-logdir": ["--same-logdir"],
+             "objectives": ["--objectives"]}[variant]
     rc, output = launch(tmp_path, "--epochs", "2", *flags)
     assert rc == 0, output
     assert "LogDirLockedError" not in output
@@ -213,7 +237,7 @@ def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path, 
         assert not np.allclose(init[0][k], final[0][k])
 
     # equal to one process on the concatenated batches, from the same initial weights
-    expected = reference_training(init[0], 2 * spe)
+    expected = reference_training(init[0], 2 * spe, objectives=variant == "objectives")
     for k, v in expected.items():
         np.testing.assert_allclose(final[0][k], v, rtol=1e-5, atol=1e-6)
 
@@ -222,7 +246,9 @@ def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path, 
     assert (log / "log.log").is_file() and (log / f"checkpoint-{2 * spe}.index").is_file()
     assert len(list(log.glob("log.log*"))) == 1
     text = (log / "log.log").read_text()
-    assert "Rank 0: 8 variables broadcast" in text and "Model saved to" in text
+    # the model's 4, each optimizer's step and learning rate (+ 2 momentums), the 2 counters
+    broadcast = 4 + 2 + (2 + 2) + 2 if variant == "objectives" else 8
+    assert f"Rank 0: {broadcast} variables broadcast" in text and "Model saved to" in text
     assert "Rank 1:" not in text and "Chief-only callbacks not run on this worker" not in text
     assert records[1]["logdir"] != records[0]["logdir"] == str(log)
     assert not os.path.exists(records[1]["logdir"])  # the worker's temporary one is removed at exit

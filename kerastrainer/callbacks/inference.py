@@ -24,8 +24,9 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from ..utils import logger
+from ..utils.stats import BinaryStatistics
 
-__all__ = ["Inferencer", "ScalarStats", "ClassificationError"]
+__all__ = ["Inferencer", "ScalarStats", "ClassificationError", "BinaryClassificationStats"]
 
 
 class Inferencer:
@@ -186,3 +187,36 @@ class ClassificationError(Inferencer):
             logger.warn("ClassificationError: no samples were seen; %s is not reported.", self.summary_name)
             return {}
         return {self.summary_name: self._wrong / self._count}
+
+
+class BinaryClassificationStats(Inferencer):
+    """Precision and recall of 0/1 predictions against 0/1 labels over the whole validation set,
+    put as ``<prefix>_precision`` and ``<prefix>_recall``.
+
+    Args:
+        pred_tensor_name: the name of the 0/1 prediction tensor in the tower.
+        label_tensor_name: the name of the 0/1 label tensor (an input's name works).
+        prefix: the statistics' prefix.
+
+    Example::
+
+        InferenceRunner(val_ds, BinaryClassificationStats('pred', 'label'))
+    """
+
+    def __init__(self, pred_tensor_name: str, label_tensor_name: str, prefix: str = "val"):
+        self.pred_tensor_name = pred_tensor_name
+        self.label_tensor_name = label_tensor_name
+        self.prefix = prefix
+
+    def _before_inference(self):
+        self.stat = BinaryStatistics()
+
+    def _get_fetches(self):
+        return [self.pred_tensor_name, self.label_tensor_name]
+
+    def _on_fetches(self, outputs):
+        pred, label = outputs
+        self.stat.feed(pred, label)
+
+    def _after_inference(self):
+        return {self.prefix + "_precision": self.stat.precision, self.prefix + "_recall": self.stat.recall}

@@ -18,7 +18,29 @@ from ..utils import logger
 from .base import Callback
 from .inference import Inferencer
 
-__all__ = ["InferenceRunner", "DataParallelInferenceRunner"]
+__all__ = ["InferenceRunnerBase", "InferenceRunner", "DataParallelInferenceRunner"]
+
+
+def dataflow_of_input(input: Any, who: str) -> Any:
+    """The DataFlow behind ``input``: a DataFlow itself, or an InputSource that carries one
+    (``FeedInput(df)``, ``QueueInput(df)``, ``StagingInput(QueueInput(df))``), whose datapoints
+    the runner then feeds to its predictor in order (tensorpack ran them through the source;
+    the values are the same). An InputSource without a DataFlow (``TFDatasetInput``,
+    ``DummyConstantInput``, ``TensorInput``) is a TypeError."""
+    seen = input
+    for _ in range(4):
+        if hasattr(seen, "get_input_tensors") and hasattr(seen, "setup"):  # an InputSource
+            if getattr(seen, "ds", None) is not None:
+                seen = seen.ds
+                break
+            if getattr(seen, "input", None) is not None:
+                seen = seen.input
+                continue
+            raise TypeError(f"{who}: {type(input).__name__} holds no DataFlow to run inference over; give "
+                            f"the validation DataFlow itself (or FeedInput(df) / QueueInput(df)).")
+        break
+    return check_dataflow(seen, who, "An InputSource that wraps a DataFlow (FeedInput, QueueInput, "
+                                     "StagingInput) is accepted too.")
 
 
 def _batch_size(components: Sequence[np.ndarray]) -> Optional[int]:
@@ -40,7 +62,8 @@ class InferenceRunner(Callback):
     in its order (a dict datapoint is matched by the inputs' names).
 
     Args:
-        input: a DataFlow (anything with ``reset_state()`` and ``__iter__``) of batches.
+        input: a DataFlow (anything with ``reset_state()`` and ``__iter__``) of batches, or an
+            InputSource that wraps one (``QueueInput(df)``, ``FeedInput(df)``): its DataFlow is used.
         infs: an :class:`Inferencer` or a list of them.
         tower_name: kept for tensorpack compatibility; the predictor names its own tower.
         device: a TF device string to run the predictor on, e.g. ``'/cpu:0'``.
@@ -54,7 +77,7 @@ class InferenceRunner(Callback):
 
     def __init__(self, input: Any, infs: Union[Inferencer, Sequence[Inferencer]],
                  tower_name: str = "InferenceTower", device: Optional[str] = None):
-        check_dataflow(input, "InferenceRunner: input")
+        input = dataflow_of_input(input, "InferenceRunner: input")
         if isinstance(infs, Inferencer):
             infs = [infs]
         infs = list(infs)
@@ -213,3 +236,6 @@ class DataParallelInferenceRunner(InferenceRunner):
             while pending:
                 comps0, fut = pending.popleft()
                 yield comps0, fut.result()
+
+
+InferenceRunnerBase = InferenceRunner  # tensorpack's base class of the runners; subclass InferenceRunner

@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import os
 import re
@@ -34,10 +35,12 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..utils import logger
+from ..utils.casting import whole_number
 from .base import Callback
 from .fileio import atomic_write_text
 
-__all__ = ["TrainingMonitor", "Monitors", "ScalarPrinter", "JSONWriter", "TFEventWriter"]
+__all__ = ["TrainingMonitor", "Monitors", "ScalarPrinter", "JSONWriter", "TFEventWriter", "MonitorBase",
+           "SendMonitorData", "CometMLMonitor"]
 
 
 _LR_NAMES = ("learning_rate", "lr")
@@ -178,20 +181,26 @@ class Monitors(Callback):
             m.trigger_epoch()
 
     def _put_learning_rate(self) -> None:
-        """The optimizer's learning rate, each epoch, unless a HyperParamSetter already put it."""
+        """The optimizer's learning rate, each epoch, unless a HyperParamSetter already put it;
+        with several optimizers (Objectives) each one's, as ``<objective>/learning_rate``."""
         epoch = self._step_and_epoch()[1]
-        for name in _LR_NAMES:
-            if name in self._latest and self._history_epochs[name][-1] == epoch:
-                return
-        opt = getattr(self.trainer, "optimizer", None)
-        opt = getattr(opt, "inner_optimizer", opt)  # LossScaleOptimizer
-        try:
-            lr = np.asarray(opt.learning_rate)  # Keras evaluates a schedule at the current iteration
-            if lr.dtype == np.float32:
-                lr = float(str(np.float32(lr)))  # the shortest decimal: 0.05, not 0.05000000074505806
-            self.put_scalar("learning_rate", lr)
-        except (AttributeError, TypeError, ValueError):
-            pass  # no optimizer, or a learning rate that is not one number
+        named = getattr(self.trainer, "named_optimizers", None)
+        if named:
+            stats = [(f"{n}/", o) for n, o in named.items()]
+        else:
+            stats = [("", getattr(self.trainer, "optimizer", None))]
+        for prefix, opt in stats:
+            if any(prefix + name in self._latest and self._history_epochs[prefix + name][-1] == epoch
+                   for name in _LR_NAMES):
+                continue
+            opt = getattr(opt, "inner_optimizer", opt)  # LossScaleOptimizer
+            try:
+                lr = np.asarray(opt.learning_rate)  # Keras evaluates a schedule at the current iteration
+                if lr.dtype == np.float32:
+                    lr = float(str(np.float32(lr)))  # the shortest decimal: 0.05, not 0.05000000074505806
+                self.put_scalar(prefix + "learning_rate", lr)
+            except (AttributeError, TypeError, ValueError):
+                pass  # no optimizer, or a learning rate that is not one number
 
     def _trigger(self):
         for m in self._monitors:
@@ -422,8 +431,12 @@ class TFEventWriter(TrainingMonitor):
 
     Args:
         logdir: where to write; the log directory by default.
-        max_queue: events buffered before a write.
-        flush_secs: the longest time between flushes; also flushed at each epoch end.
+        max_queue: events buffered before a write (a whole number >= 1).
+        flush_secs: the longest time between flushes, in seconds; also flushed at each epoch end.
+            TF's writer counts whole milliseconds: it is rounded down to them (flushes are never
+            further apart than asked), and under one millisecond is an error.
+        max_images: the most images written per ``put_image`` (the first ones of an NHWC batch);
+            None writes them all. Each image name that loses images to it is logged once.
 
     Example::
 
@@ -432,14 +445,18 @@ class TFEventWriter(TrainingMonitor):
 
     _chief_only = True
 
-    def __init__(self, logdir: Optional[str] = None, max_queue: int = 10, flush_secs: float = 120):
-        if max_queue < 1:
-            raise ValueError(f"TFEventWriter: max_queue must be >= 1, got {max_queue}.")
-        if flush_secs <= 0:
-            raise ValueError(f"TFEventWriter: flush_secs must be > 0, got {flush_secs}.")
+    def __init__(self, logdir: Optional[str] = None, max_queue: int = 10, flush_secs: float = 120,
+                 max_images: Optional[int] = None):
+        self._max_queue = whole_number(max_queue, "TFEventWriter(max_queue=...)", minimum=1)
+        if isinstance(flush_secs, bool) or not isinstance(flush_secs, numbers.Real):
+            raise TypeError(f"TFEventWriter(flush_secs=...) must be a number of seconds, got {flush_secs!r}.")
+        if not math.isfinite(flush_secs) or flush_secs < 0.001:
+            raise ValueError(f"TFEventWriter(flush_secs=...) must be finite and at least 0.001, got {flush_secs!r}: "
+                             "TF's writer flushes at whole milliseconds.")
+        self._flush_millis = int(flush_secs * 1000)   # rounded down: never flushes later than asked
+        self._max_images = None if max_images is None \
+            else whole_number(max_images, "TFEventWriter(max_images=...)", minimum=1)
         self._logdir_arg = logdir
-        self._max_queue = int(max_queue)
-        self._flush_millis = int(flush_secs * 1000)
         self._writer = None
         self.logdir: Optional[str] = None
         self._pending: Dict[int, list] = {}
@@ -486,8 +503,19 @@ class TFEventWriter(TrainingMonitor):
         if self._writer is None:
             return
         import tensorflow as tf
+        keep = len(img) if self._max_images is None else min(len(img), self._max_images)
+        if keep < len(img):
+            self._warn_dropped_images(name, len(img), keep)
         with self._writer.as_default():
-            tf.summary.image(name, img, step=self.global_step, max_outputs=min(len(img), 8))
+            tf.summary.image(name, img, step=self.global_step, max_outputs=keep)
+
+    def _warn_dropped_images(self, name: str, got: int, keep: int) -> None:
+        warned = self.__dict__.setdefault("_dropped_image_names", set())
+        if name not in warned:
+            warned.add(name)
+            logger.warning("TFEventWriter: put_image(%r) gave %d images; only the first %d are written "
+                           "(TFEventWriter(max_images=%d); max_images=None writes them all). Said once per name.",
+                           name, got, keep, self._max_images)
 
     def process_event(self, event):
         if self._writer is None:
@@ -512,3 +540,72 @@ class TFEventWriter(TrainingMonitor):
             self._write_pending()
             self._writer.close()
             self._writer = None
+
+
+MonitorBase = TrainingMonitor   # tensorpack's name of the base class
+
+
+class SendMonitorData(TrainingMonitor):
+    """Run the shell ``command`` formatted with the values of the scalars ``names``
+    (``command.format(**{name: value})``) once all of them have arrived since the last run
+    (tensorpack's semantics); a failing command is logged.
+
+    Example::
+
+        SendMonitorData('echo "{val_accuracy} {cost}" >> /tmp/stats', ['val_accuracy', 'cost'])
+    """
+
+    def __init__(self, command: str, names):
+        self.command = command
+        self.names = [names] if isinstance(names, str) else list(names)
+        self._values: Dict[str, float] = {}
+
+    def process_scalar(self, name: str, val: float) -> None:
+        if name in self.names:
+            self._values[name] = val
+        if len(self._values) == len(self.names):
+            import subprocess
+            cmd = self.command.format(**self._values)
+            self._values = {}
+            ret = subprocess.call(cmd, shell=True)
+            if ret != 0:
+                logger.error("SendMonitorData: command %s failed with exit status %d", cmd, ret)
+
+
+class CometMLMonitor(TrainingMonitor):
+    """Send scalars and images to comet.ml (the ``comet_ml`` package; its ``Experiment``).
+
+    Args:
+        experiment: a ``comet_ml.Experiment``; made from ``**kwargs`` (``api_key=...``...) if None.
+        tags: tags added to the experiment.
+
+    Example::
+
+        monitors = DEFAULT_MONITORS() + [CometMLMonitor(api_key='...', project_name='mnist')]
+    """
+
+    _chief_only = True
+
+    def __init__(self, experiment=None, tags=None, **kwargs):
+        if experiment is None:
+            try:
+                import comet_ml
+            except ImportError:
+                raise ImportError("CometMLMonitor needs the comet_ml package: pip install comet_ml "
+                                  "(or give experiment=).") from None
+            experiment = comet_ml.Experiment(**kwargs)
+        elif kwargs:
+            raise ValueError(f"CometMLMonitor: give experiment= or its arguments {sorted(kwargs)}, not both.")
+        self.experiment = experiment
+        if tags:
+            experiment.add_tags(list(tags))
+
+    def process_scalar(self, name: str, val: float) -> None:
+        self.experiment.log_metric(name, val, step=self.global_step)
+
+    def process_image(self, name: str, img: np.ndarray) -> None:
+        for i, im in enumerate(img):
+            self.experiment.log_image(im, name=f"{name}_step{self.global_step}_{i}", step=self.global_step)
+
+    def _after_train(self):
+        self.experiment.end()

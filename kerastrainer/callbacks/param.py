@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import math
+import os
 import operator
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -25,9 +26,10 @@ import numpy as np
 
 from ..utils import logger
 from .base import Callback
+from ..utils.casting import whole_number
 
 __all__ = ["HyperParam", "GraphVarParam", "ObjAttrParam", "HyperParamSetter",
-           "ScheduledHyperParamSetter", "HyperParamSetterWithFunc", "StatMonitorParamSetter"]
+           "ScheduledHyperParamSetter", "HyperParamSetterWithFunc", "StatMonitorParamSetter", "HumanHyperParamSetter"]
 
 
 class HyperParam:
@@ -442,12 +444,11 @@ class StatMonitorParamSetter(HyperParamSetter):
         super().__init__(param)
         if not callable(value_func):
             raise TypeError(f"StatMonitorParamSetter: value_func must be callable, got {value_func!r}.")
-        if int(last_k) < 1:
-            raise ValueError(f"StatMonitorParamSetter: last_k must be >= 1, got {last_k}.")
+        last_k = whole_number(last_k, "StatMonitorParamSetter(last_k=...)", minimum=1)
         self.stat_name = stat_name
         self.value_func = value_func
         self.threshold = float(threshold)
-        self.last_k = int(last_k)
+        self.last_k = last_k
         self.reverse = bool(reverse)
         self.last_changed_epoch = None
         self._warned_missing = False
@@ -482,3 +483,41 @@ class StatMonitorParamSetter(HyperParamSetter):
                     self.stat_name, "increase" if self.reverse else "decrease", self.threshold,
                     self.last_k, ", ".join(f"{v:.5g}" for v in values))
         return self.value_func(self.get_current_value())
+
+
+class HumanHyperParamSetter(HyperParamSetter):
+    """Set a hyper-parameter from a file you edit while training runs: at each trigger (epoch
+    end), ``file_name`` (in the logger directory) is read; a line ``<name>:<value>`` (e.g.
+    ``learning_rate:1e-4``) sets the parameter. A missing file or line changes nothing (the
+    latter is warned about).
+
+    Example::
+
+        callbacks=[HumanHyperParamSetter('learning_rate')]
+        # then: echo "learning_rate:1e-4" > train_log/<run>/hyper.txt
+    """
+
+    def __init__(self, param: Union[HyperParam, str], file_name: str = "hyper.txt"):
+        super().__init__(param)
+        log_dir = logger.get_logger_dir()
+        self.file_name = os.path.join(log_dir, file_name) if log_dir else file_name
+        logger.info("Use %s to set the hyper-parameter '%s'.", self.file_name, self.param.readable_name)
+
+    def _get_value_to_set(self):
+        if not os.path.isfile(self.file_name):
+            return None
+        values = {}
+        with open(self.file_name) as f:
+            for line in f:
+                if ":" in line:
+                    k, v = line.strip().split(":", 1)
+                    values[k.strip()] = v.strip()
+        name = self.param.readable_name
+        if name not in values:
+            logger.warning("HumanHyperParamSetter: no line '%s:<value>' in %s", name, self.file_name)
+            return None
+        try:
+            return float(values[name])
+        except ValueError:
+            logger.warning("HumanHyperParamSetter: '%s:%s' in %s is not a number", name, values[name], self.file_name)
+            return None

@@ -17,6 +17,7 @@ from typing import List, Optional, Sequence
 
 from ..utils import logger
 from .base import Callback
+from ..utils.casting import whole_number
 
 __all__ = ["ProgressBar", "EstimatedTimeLeft", "ThroughputTracker", "GPUUtilizationTracker", "humanize_seconds"]
 
@@ -126,9 +127,8 @@ class EstimatedTimeLeft(Callback):
     _chief_only = True
 
     def __init__(self, last_k_epochs: int = 5, median: bool = True):
-        if last_k_epochs < 1:
-            raise ValueError(f"EstimatedTimeLeft: last_k_epochs must be >= 1, got {last_k_epochs}.")
-        self._times = deque(maxlen=int(last_k_epochs))
+        last_k_epochs = whole_number(last_k_epochs, "EstimatedTimeLeft(last_k_epochs=...)", minimum=1)
+        self._times = deque(maxlen=last_k_epochs)
         self._median = bool(median)
         self._last = None
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import glob
 import json
+import math
+import numbers
 import os
 import re
 import shutil
@@ -44,6 +46,7 @@ from ..tfutils.checkpoint_files import (CHECKPOINT_PREFIX, POINTER_FILE as _POIN
 from ..tfutils.varmanip import (FORMAT_KEY, NONFINITE_WEIGHTS_HINT, CheckpointWriteError, NonFiniteWeightsError,
                                 nonfinite_names, write_checkpoint)
 from ..utils import logger
+from ..utils.casting import whole_number
 from .base import Callback
 from .fileio import atomic_write_text, remove_stale_temporaries
 
@@ -130,12 +133,15 @@ class ModelSaver(Callback):
 
     def __init__(self, max_to_keep: int = 10, keep_checkpoint_every_n_hours: Optional[float] = 0.5,
                  checkpoint_dir: Optional[str] = None):
-        if int(max_to_keep) < 1:
-            raise ValueError(f"ModelSaver: max_to_keep must be >= 1, got {max_to_keep}.")
-        if keep_checkpoint_every_n_hours is not None and keep_checkpoint_every_n_hours <= 0:
-            raise ValueError("ModelSaver: keep_checkpoint_every_n_hours must be positive or None, "
-                             f"got {keep_checkpoint_every_n_hours}.")
-        self.max_to_keep = int(max_to_keep)
+        # a whole number >= 1: int(2.7) would keep 2 checkpoints without saying so
+        max_to_keep = whole_number(max_to_keep, "ModelSaver(max_to_keep=...)", minimum=1)
+        hours = keep_checkpoint_every_n_hours
+        if hours is not None and (isinstance(hours, bool) or not isinstance(hours, numbers.Real)
+                                  or not math.isfinite(hours) or hours <= 0):
+            # NaN would compare False everywhere and silently never keep one; True would mean 1 hour
+            raise ValueError("ModelSaver: keep_checkpoint_every_n_hours must be a positive number of hours "
+                             f"or None, got {hours!r}.")
+        self.max_to_keep = max_to_keep
         self.keep_every_secs = None if keep_checkpoint_every_n_hours is None \
             else keep_checkpoint_every_n_hours * 3600.0
         self._dir_arg = checkpoint_dir

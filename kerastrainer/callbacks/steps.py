@@ -5,6 +5,9 @@
   the result into the monitors.
 - :class:`TerminateOnNonFinite` (alias ``TerminateOnNaN``): stops training with a
   :class:`NonFiniteLossError` naming the first step whose cost was NaN or Inf.
+- :class:`TensorPrinter`, :class:`SimpleMovingAverage`: print / average named step values
+  (model variables or step outputs, as ``callbacks/graph.py`` reads them) every step.
+- ``ProgressBar`` (``callbacks/prog.py``) at tensorpack's path; ``SessionRunTimeout`` raises.
 
 Example::
 
@@ -13,11 +16,19 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional
+from collections import deque
+from typing import Dict, Optional, Sequence
 
+import numpy as np
+
+from ..utils import logger
+from ..utils.tf1_only import tf1_only_class
 from .base import Callback
+from .graph import read_named_values
+from .prog import ProgressBar
 
-__all__ = ["MovingAverageSummary", "TerminateOnNonFinite", "TerminateOnNaN", "NonFiniteLossError"]
+__all__ = ["MovingAverageSummary", "TerminateOnNonFinite", "TerminateOnNaN", "NonFiniteLossError",
+           "ProgressBar", "TensorPrinter", "SessionRunTimeout", "SimpleMovingAverage"]
 
 
 class MovingAverageSummary(Callback):
@@ -136,3 +147,66 @@ class TerminateOnNonFinite(Callback):
 
 # Keras' name, so that Keras users find it.
 TerminateOnNaN = TerminateOnNonFinite
+
+
+class TensorPrinter(Callback):
+    """Log the values of ``names`` (model variables, or values the training step returns such as
+    ``'cost'`` and ``add_moving_summary`` scalars) after every step.
+
+    Example::
+
+        TensorPrinter(['cost', 'accuracy'])
+    """
+
+    def __init__(self, names: Sequence[str]):
+        if not isinstance(names, (list, tuple)):
+            raise TypeError(f"TensorPrinter: names must be a list, got {names!r}")
+        self._names = list(names)
+
+    def steps_to_next_trigger(self) -> Optional[int]:
+        return 1
+
+    def _trigger_step(self):
+        for n, v in zip(self._names, read_named_values(self.trainer, self._names, "TensorPrinter")):
+            logger.info("%s: %s", n, v)
+
+
+class SimpleMovingAverage(Callback):
+    """Every ``window_size`` steps, put the mean of the last ``window_size`` values of each
+    scalar in ``tensors`` into the monitors as ``<name>/SMA`` (a sliding-window average of
+    step outputs such as ``'cost'`` or an ``add_moving_summary`` scalar).
+
+    Example::
+
+        SimpleMovingAverage(['cost'], window_size=100)
+    """
+
+    def __init__(self, tensors: Sequence[str], window_size: int):
+        if isinstance(tensors, str):
+            tensors = [tensors]
+        self._names = list(tensors)
+        self._display = [n[:-2] if n.endswith(":0") else n for n in self._names]
+        self._window = int(window_size)
+        if self._window < 1:
+            raise ValueError(f"SimpleMovingAverage: window_size must be >= 1, got {window_size}")
+        self._queue = deque(maxlen=self._window)
+
+    def steps_to_next_trigger(self) -> Optional[int]:
+        return 1
+
+    def _trigger_step(self):
+        values = read_named_values(self.trainer, self._names, "SimpleMovingAverage")
+        for n, v in zip(self._display, values):
+            if np.ndim(v) != 0:
+                raise ValueError(f"SimpleMovingAverage takes scalars; '{n}' has shape {np.shape(v)}")
+        self._queue.append([float(v) for v in values])
+        if self.global_step % self._window == 0:
+            for name, avg in zip(self._display, np.asarray(self._queue).mean(axis=0)):
+                self.trainer.monitors.put_scalar(name + "/SMA", float(avg))
+
+
+SessionRunTimeout = tf1_only_class(
+    "SessionRunTimeout", __name__, "there is no Session.run to put a deadline on",
+    "A step blocked on input is reported by kerastrainer's stalled-input report and ends on "
+    "Ctrl-C/SIGTERM; to bound a whole run, use `timeout` in the launcher or a Callback that "
+    "raises StopTraining after a time.", base=Callback)

@@ -1,5 +1,6 @@
-"""Mirrors ``tensorpack.callbacks.summary``: MergeAllSummaries (a no-op) and MovingAverageSummary."""
+"""Mirrors ``tensorpack.callbacks.summary``: MergeAllSummaries (a no-op), MovingAverageSummary and
+SimpleMovingAverage."""
 from .accepted import MergeAllSummaries
-from .steps import MovingAverageSummary
+from .steps import MovingAverageSummary, SimpleMovingAverage
 
-__all__ = ["MergeAllSummaries", "MovingAverageSummary"]
+__all__ = ["MergeAllSummaries", "MovingAverageSummary", "SimpleMovingAverage"]

@@ -29,6 +29,7 @@ from .optimizer import call_optimizer, translate_optimizer
 from .summary import install_tf1_summaries
 from ..tfutils.tensors import get_op_tensor_name, get_tf_version_tuple
 from .variables import tf1_variables_in_store
+from ..tfutils.sessinit import get_model_loader  # tensorpack's older name of SmartInit
 
 tfv1 = tf.compat.v1
 
@@ -37,12 +38,6 @@ _extensions.add_tower_context(tf1_variables_in_store)      # tfv1.get_variable i
 _extensions.add_launch_context(eager_inside_tf1_graph)     # training inside `with tf.Graph().as_default():`
 _extensions.set_optimizer_reader(call_optimizer, translate_optimizer)  # tfv1.train optimizers -> Keras
 install_tf1_summaries()                                     # tfv1.summary.* in a tower -> the trainer
-
-
-def get_model_loader(filename: str):
-    """tensorpack's deprecated name of :func:`~kerastrainer.tfutils.SmartInit` (same result)."""
-    from ..tfutils.sessinit import SmartInit
-    return SmartInit(filename)
 
 
 def is_tfv2() -> bool:

@@ -30,6 +30,7 @@ from .._internals import optimizer_variable_index, rmsprop_velocities, tf1_optim
 from ..tfutils.extensions import learning_rate_variable, set_learning_rate_variable
 from ..tfutils.global_step import active_store
 from ..tfutils.layer_store import LayerStore
+from ..tfutils.objective import is_objective_list
 from ..tfutils.optimizer import GradientProcessedOptimizer, install_processors
 from ..utils import logger
 from .variables import tf1_variables_in_store
@@ -218,6 +219,16 @@ def call_optimizer(fn: Callable, store: LayerStore) -> keras.optimizers.Optimize
                     raise eager_error from None
     finally:
         store.allow_create = allow
+    if is_objective_list(opt):   # a step with several costs: each objective's optimizer translated
+        if lr_function is not None:
+            raise TypeError("optimizer() returned Objectives whose learning rate is computed in graph mode "
+                            "(from the global step): give each optimizer a float learning rate and set it "
+                            "with ScheduledHyperParamSetter('<objective name>/learning_rate', ...).")
+        return [o.with_optimizer(_keras_optimizer(o.optimizer, None, store)) for o in opt]
+    return _keras_optimizer(opt, lr_function, store)
+
+
+def _keras_optimizer(opt, lr_function, store: LayerStore) -> keras.optimizers.Optimizer:
     procs = []
     if isinstance(opt, GradientProcessedOptimizer):
         opt, procs = opt.opt, opt.procs

@@ -27,6 +27,7 @@ import numpy as np
 from ..utils import logger
 from ..utils.rng import get_rng
 from .base import DataFlow, DataFlowReentrantGuard, DataFlowSizeUnknown, ProxyDataFlow, check_dataflow, is_dataflow
+from ..utils.casting import whole_number
 
 __all__ = ["BatchData", "BatchDataByShape", "MapData", "MapDataComponent", "FixedSizeData", "RepeatedData",
            "RepeatedDataPoint", "LocallyShuffleData", "ConcatData", "JoinData", "RandomChooseData",
@@ -68,9 +69,7 @@ def _close(ds: Any) -> None:
 
 
 def _check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
+    return whole_number(value, name, minimum=minimum)
 
 
 def _shallow_copy(dp: Any) -> Any:

@@ -23,8 +23,9 @@ from .base import ProxyDataFlow, RNGDataFlow
 from .imgaug._cv2 import cv2
 from .imgaug.base import ImageAugmentor
 from .imgaug.compose import AugmentorList
+from ..utils.casting import whole_number
 
-__all__ = ["ImageFromFile", "AugmentImageComponent", "AugmentImageComponents", "read_image",
+__all__ = ["ImageFromFile", "AugmentImageComponent", "AugmentImageComponents", "AugmentImageCoordinates", "read_image",
            "decode_image", "is_truncated_jpeg", "BadImageError"]
 
 
@@ -202,7 +203,7 @@ class ImageFromFile(RNGDataFlow):
         if channel not in (1, 3):
             raise ValueError(f"ImageFromFile: channel must be 1 or 3, got {channel!r}.")
         if resize is not None:
-            resize = tuple(int(v) for v in resize)
+            resize = tuple(whole_number(v, "ImageFromFile(resize=...)", minimum=1) for v in resize)
             if len(resize) != 2 or min(resize) <= 0:
                 raise ValueError(f"ImageFromFile: resize must be a pair (h, w) of positive ints, got {resize!r}.")
         self.channel, self.resize, self.shuffle = channel, resize, bool(shuffle)
@@ -373,3 +374,21 @@ class AugmentImageComponents(AugmentImageComponent):
                                  f"got {coords.shape}.")
             dp[key] = tfm.apply_coords(coords.copy())
         return dp
+
+
+class AugmentImageCoordinates(AugmentImageComponents):
+    """Augment an image and replay the same transform on an ``(N, 2)`` array of ``(x, y)``
+    coordinates in another component (tensorpack's name for the one-image case of
+    :class:`AugmentImageComponents`).
+
+    Example::
+
+        # [image, keypoints]
+        ds = AugmentImageCoordinates(ds, [imgaug.Resize((64, 64)), imgaug.Flip(horiz=True)], 0, 1)
+    """
+
+    def __init__(self, ds, augmentors: Union[ImageAugmentor, Sequence[ImageAugmentor]],
+                 img_index: Union[int, str] = 0, coords_index: Union[int, str] = 1, copy: bool = True,
+                 catch_exceptions: bool = False):
+        super().__init__(ds, augmentors, index=(img_index,), coords_index=(coords_index,), copy=copy,
+                         catch_exceptions=catch_exceptions)

@@ -56,6 +56,7 @@ from typing import Any, Callable, Iterator, Optional
 import zmq
 
 from ..utils import logger
+from ..utils.casting import whole_number
 from ..utils.concurrency import StoppableThread, mp_fork_context, stop_processes
 from ._shm import SHM_MARKER, SHM_MAX_SLOTS, ShmReader, ShmWriter, shm_supported, slot_channel
 from ._workers import (LIVENESS_INTERVAL, DataFlowWorkerError, WorkerFailure, WorkerProcesses,
@@ -64,7 +65,13 @@ from ._workers import (LIVENESS_INTERVAL, DataFlowWorkerError, WorkerFailure, Wo
 from .base import DataFlow, DataFlowReentrantGuard
 from .wire import DEFAULT_MAX_MESSAGE_BYTES, check_message_size, dumps_frames, loads_frames, message_nbytes
 
-__all__ = ["MultiProcessRunnerZMQ", "MultiProcessRunner", "MultiThreadRunner", "DataFlowWorkerError"]
+__all__ = ["MultiProcessRunnerZMQ", "MultiProcessRunner", "MultiThreadRunner", "DataFlowWorkerError",
+           "PrefetchData", "MultiProcessPrefetchData", "PrefetchDataZMQ", "MultiThreadPrefetchData"]
+
+
+def _whole_or_none(value, what: str):
+    """None, or ``value`` as a whole number (a limit in bytes is never truncated)."""
+    return None if value is None else whole_number(value, what)
 
 
 class _RunnerBase(DataFlow):
@@ -177,18 +184,16 @@ class MultiProcessRunnerZMQ(_RunnerBase):
     def __init__(self, ds, num_proc: int = 1, hwm: int = 50, shared_memory: Optional[bool] = None,
                  max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES):
         super().__init__()
-        self.max_message_bytes = check_max_message_bytes(max_message_bytes, type(self).__name__)
+        self.max_message_bytes = check_max_message_bytes(
+            _whole_or_none(max_message_bytes, "MultiProcessRunnerZMQ(max_message_bytes=...)"), type(self).__name__)
         if shared_memory and not shm_supported():
             raise ValueError("MultiProcessRunnerZMQ: shared_memory=True needs Linux (os.memfd_create); "
                              "leave it as None to use it where available.")
         self.shared_memory = shm_supported() if shared_memory is None else bool(shared_memory)
-        if int(num_proc) < 1:
-            raise ValueError(f"MultiProcessRunnerZMQ: num_proc must be >= 1, got {num_proc}")
-        if int(hwm) < 1:
-            raise ValueError(f"MultiProcessRunnerZMQ: hwm must be >= 1, got {hwm}")
+        # counts are whole numbers: int(2.7) would run 2 processes without saying so
+        self.num_proc = whole_number(num_proc, "MultiProcessRunnerZMQ(num_proc=...)", minimum=1)
+        self.hwm = whole_number(hwm, "MultiProcessRunnerZMQ(hwm=...)", minimum=1)
         self.ds = ds
-        self.num_proc = int(num_proc)
-        self.hwm = int(hwm)
         self._size = size_or_minus_one(ds)
         self._sock = None
         self._poller = None
@@ -304,12 +309,9 @@ class MultiProcessRunner(_RunnerBase):
 
     def __init__(self, ds, num_prefetch: int, num_proc: int):
         super().__init__()
-        if int(num_proc) < 1 or int(num_prefetch) < 1:
-            raise ValueError(f"MultiProcessRunner: num_proc and num_prefetch must be >= 1, "
-                             f"got {num_proc} and {num_prefetch}")
+        self.num_proc = whole_number(num_proc, "MultiProcessRunner(num_proc=...)", minimum=1)
+        self.num_prefetch = whole_number(num_prefetch, "MultiProcessRunner(num_prefetch=...)", minimum=1)
         self.ds = ds
-        self.num_proc = int(num_proc)
-        self.num_prefetch = int(num_prefetch)
         self._size = size_or_minus_one(ds)
         self._queue = None
         self._workers = None
@@ -403,11 +405,9 @@ class MultiThreadRunner(_RunnerBase):
         if not callable(get_df):
             raise TypeError(f"MultiThreadRunner: get_df must be a function returning a DataFlow, "
                             f"got {type(get_df).__name__}")
-        if int(num_thread) < 1 or int(num_prefetch) < 1:
-            raise ValueError(f"MultiThreadRunner: num_thread and num_prefetch must be >= 1, "
-                             f"got {num_thread} and {num_prefetch}")
-        self.num_thread = int(num_thread)
-        self._queue: queue_mod.Queue = queue_mod.Queue(int(num_prefetch))
+        self.num_thread = whole_number(num_thread, "MultiThreadRunner(num_thread=...)", minimum=1)
+        num_prefetch = whole_number(num_prefetch, "MultiThreadRunner(num_prefetch=...)", minimum=1)
+        self._queue: queue_mod.Queue = queue_mod.Queue(num_prefetch)
         name = type(self).__name__
         self._threads = [_RunnerThread(get_df(), self._queue, i, name) for i in range(self.num_thread)]
         self._size = size_or_minus_one(self._threads[0].df)
@@ -432,3 +432,10 @@ class MultiThreadRunner(_RunnerBase):
             if type(item) is WorkerFailure:
                 raise item.error()
             return item
+
+
+# tensorpack's older names of the runners (its own aliases, same arguments)
+PrefetchData = MultiProcessRunner
+MultiProcessPrefetchData = MultiProcessRunner
+PrefetchDataZMQ = MultiProcessRunnerZMQ
+MultiThreadPrefetchData = MultiThreadRunner

@@ -38,15 +38,18 @@ from typing import Any, Callable, Iterator, Optional
 
 import zmq
 
-from .base import DataFlowReentrantGuard, ProxyDataFlow
+from .base import DataFlowReentrantGuard, DataFlowSizeUnknown, ProxyDataFlow
+from .common import BatchData, RepeatedData
 from ._workers import (DataFlowWorkerError, WorkerFailure, WorkerProcesses, check_max_message_bytes, fail_for_dead,
                        new_ipc_address, raise_if_error_frames, recv_checked, release_threads, release_zmq,
                        report_failure_and_exit, secure_local_socket, worker_prologue)
 from ..utils import logger
+from ..utils.casting import whole_number
 from ..utils.concurrency import StoppableThread
 from .wire import DEFAULT_MAX_MESSAGE_BYTES, check_message_size, dumps_frames, loads_frames, message_nbytes
 
-__all__ = ["MultiProcessMapDataZMQ", "MultiProcessMapData", "MultiThreadMapData"]
+__all__ = ["MultiProcessMapDataZMQ", "MultiProcessMapData", "MultiThreadMapData",
+           "MultiProcessMapAndBatchDataZMQ", "MultiProcessMapAndBatchData"]
 
 _TAG = struct.Struct("<Q")   # pass number, echoed by workers so strict mode can drop stale results
 _HELLO = b"H"
@@ -63,10 +66,9 @@ class _ParallelMapBase(ProxyDataFlow):
         name = type(self).__name__
         if not callable(map_func):
             raise TypeError(f"{name}: map_func must be callable, got {type(map_func).__name__}")
-        if int(buffer_size) < 1:
-            raise ValueError(f"{name}: buffer_size must be >= 1, got {buffer_size}")
+        # counts are whole numbers: int(2.7) would buffer 2 without saying so
+        self.buffer_size = whole_number(buffer_size, f"{name}(buffer_size=...)", minimum=1)
         self.map_func = map_func
-        self.buffer_size = int(buffer_size)
         self.strict = bool(strict)
         self._guard = DataFlowReentrantGuard(name)
         self._reset_done = False
@@ -254,10 +256,11 @@ class MultiProcessMapDataZMQ(_ParallelMapBase):
     def __init__(self, ds, num_proc: int, map_func: Callable, buffer_size: int = 200, strict: bool = False,
                  max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES):
         super().__init__(ds, map_func, buffer_size, strict)
-        self.max_message_bytes = check_max_message_bytes(max_message_bytes, type(self).__name__)
-        if int(num_proc) < 1:
-            raise ValueError(f"{type(self).__name__}: num_proc must be >= 1, got {num_proc}")
-        self.num_proc = int(num_proc)
+        name = type(self).__name__
+        self.max_message_bytes = check_max_message_bytes(
+            None if max_message_bytes is None else whole_number(max_message_bytes, f"{name}(max_message_bytes=...)"),
+            name)
+        self.num_proc = whole_number(num_proc, f"{name}(num_proc=...)", minimum=1)
         self._sock = None
         self._workers = None
         self._load = []
@@ -383,9 +386,7 @@ class MultiThreadMapData(_ParallelMapBase):
 
     def __init__(self, ds, num_thread: int, map_func: Callable, buffer_size: int = 200, strict: bool = False):
         super().__init__(ds, map_func, buffer_size, strict)
-        if int(num_thread) < 1:
-            raise ValueError(f"{type(self).__name__}: num_thread must be >= 1, got {num_thread}")
-        self.num_thread = int(num_thread)
+        self.num_thread = whole_number(num_thread, f"{type(self).__name__}(num_thread=...)", minimum=1)
         self._threads = []
 
     def _start_workers(self) -> None:
@@ -413,3 +414,38 @@ class MultiThreadMapData(_ParallelMapBase):
             if type(out) is WorkerFailure:
                 raise out.error()
             return tag, out
+
+
+class MultiProcessMapAndBatchDataZMQ(ProxyDataFlow):
+    """Map ``map_func`` over ``ds`` in ``num_proc`` processes and group the results into batches
+    of ``batch_size`` (``map_func`` returning None drops a datapoint). As in tensorpack, ``ds`` is
+    repeated forever (the DataFlow has no length) and a batch may mix datapoints of two passes.
+
+    tensorpack batched inside the workers; here the workers map (``MultiProcessMapDataZMQ``) and
+    the batches are stacked in this process: the batches are the same, the stacking costs this
+    process one copy per batch.
+
+    Example::
+
+        ds = MultiProcessMapAndBatchDataZMQ(ds, num_proc=8, map_func=decode_and_augment, batch_size=64)
+    """
+
+    def __init__(self, ds, num_proc: int, map_func: Callable[[Any], Any], batch_size: int,
+                 buffer_size: Optional[int] = None):
+        if buffer_size is None:
+            buffer_size = batch_size * 10
+        if batch_size >= buffer_size:
+            raise ValueError(f"MultiProcessMapAndBatchDataZMQ: batch_size ({batch_size}) must be smaller "
+                             f"than buffer_size ({buffer_size})")
+        self.num_proc, self.map_func, self.batch_size, self.buffer_size = num_proc, map_func, batch_size, buffer_size
+        mapped = MultiProcessMapDataZMQ(RepeatedData(ds, -1), num_proc, map_func, buffer_size=buffer_size)
+        super().__init__(BatchData(mapped, batch_size))
+
+    def __len__(self) -> int:
+        raise DataFlowSizeUnknown("MultiProcessMapAndBatchDataZMQ repeats its DataFlow forever: it has no length")
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.ds)
+
+
+MultiProcessMapAndBatchData = MultiProcessMapAndBatchDataZMQ  # tensorpack's alias

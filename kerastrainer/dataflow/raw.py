@@ -22,7 +22,7 @@ from ..utils.rng import get_rng
 from .base import DataFlow, RNGDataFlow
 from .base import DataFlowSizeUnknown
 
-__all__ = ["DataFromList", "DataFromGenerator", "DataFromIterable", "FakeData"]
+__all__ = ["DataFromList", "DataFromGenerator", "DataFromIterable", "FakeData", "DataFromQueue"]
 
 
 class DataFromList(RNGDataFlow):
@@ -228,3 +228,23 @@ class FakeData(RNGDataFlow):
                 self._fixed = self._datapoint()
             for _ in range(self._size):
                 yield list(self._fixed)  # a new list, so that a consumer's edit does not leak
+
+
+class DataFromQueue(DataFlow):
+    """Produce datapoints from a queue (``queue.Queue`` or ``multiprocessing.Queue``), forever:
+    each iteration takes the next element with ``queue.get()``.
+
+    Example::
+
+        q = queue.Queue(); ...   # a producer thread puts datapoints
+        ds = DataFromQueue(q)
+    """
+
+    def __init__(self, queue):
+        if not hasattr(queue, "get"):
+            raise TypeError(f"DataFromQueue: {type(queue).__name__} has no get(); give a queue")
+        self.queue = queue
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            yield self.queue.get()

@@ -41,6 +41,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from ..utils import logger
+from ..utils.casting import whole_number
 from .base import DataFlow, DataFlowReentrantGuard, check_dataflow
 from .wire import (BUFFER_MAGIC, DEFAULT_MAX_MESSAGE_BYTES, HEADER_MAGIC, check_message_size, dumps,
                    dumps_frames, loads, loads_frames, message_nbytes)
@@ -129,8 +130,7 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
     if format not in _FORMATS:
         raise ValueError(f"send_dataflow_zmq: unknown format {format!r}; use None/'frames' (multipart) or "
                          "'buffer' (single frame). tensorpack's 'zmq_ops' format is not supported.")
-    if int(hwm) < 1:
-        raise ValueError(f"send_dataflow_zmq: hwm must be >= 1, got {hwm}")
+    hwm = whole_number(hwm, "send_dataflow_zmq(hwm=...)", minimum=1)
     check_dataflow(df, "send_dataflow_zmq: df")
     max_bytes = _check_max_bytes(max_message_bytes, "send_dataflow_zmq")
     to_frames = (lambda dp: [dumps(dp)]) if format == "buffer" else dumps_frames
@@ -143,7 +143,7 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
-    sock.sndhwm = int(hwm)
+    sock.sndhwm = hwm
     sock.immediate = 1   # queue nothing for a receiver that is not connected yet
     sock.linger = int(timeout * 1000)  # deliver what is queued at the end, but never hang on it
     peers = _PeerCounter(sock)
@@ -214,10 +214,9 @@ class RemoteDataZMQ(DataFlow):
                  max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES):
         if on_malformed not in ("warn", "raise"):
             raise ValueError(f"RemoteDataZMQ: on_malformed must be 'warn' or 'raise', got {on_malformed!r}")
-        if int(hwm) < 1:
-            raise ValueError(f"RemoteDataZMQ: hwm must be >= 1, got {hwm}")
+        hwm = whole_number(hwm, "RemoteDataZMQ(hwm=...)", minimum=1)
         self._addrs = [a for a in (addr1, addr2) if a]
-        self.hwm = int(hwm)
+        self.hwm = hwm
         self.bind = bool(bind)
         self.timeout = timeout
         self.on_malformed = on_malformed

@@ -22,8 +22,18 @@ import tensorflow as tf
 from ..callbacks.base import Callback
 from ..utils.casting import cast_exactly
 
-__all__ = ["InputSource", "InputSourceError", "check_datapoint", "as_component_list",
+__all__ = ["InputSource", "InputCallbacks", "InputSourceError", "check_datapoint", "as_component_list",
            "spec_to_str"]
+
+
+class InputCallbacks(list):
+    """What :meth:`InputSource.setup` returns: the source's callbacks (start and stop its threads),
+    and the source itself (``.source``), so that a custom trainer that registers them knows which
+    input it trains on."""
+
+    def __init__(self, source: "InputSource"):
+        super().__init__(source.get_callbacks())
+        self.source = source
 
 
 class InputSourceError(RuntimeError):
@@ -110,14 +120,18 @@ class InputSource:
     #: ThroughputTracker reports samples per second with it
     batch_size: Optional[int] = None
 
-    def setup(self, input_signature: Sequence[tf.TensorSpec]) -> None:
-        """Create queues/iterators and check the data against the signature (eager)."""
+    def setup(self, input_signature: Sequence[tf.TensorSpec]) -> "InputCallbacks":
+        """Create queues/iterators and check the data against the signature (eager).
+
+        Returns the source's callbacks (as tensorpack's did, for a custom trainer's
+        ``self.register_callback(input.setup(...))``); a trainer adds them itself otherwise."""
         if self._setup_done:
             raise RuntimeError(f"{type(self).__name__}.setup() was already called; "
                                "an InputSource serves one trainer.")
         self.input_signature = list(input_signature)
         self._setup(self.input_signature)
         self._setup_done = True
+        return InputCallbacks(self)
 
     def get_input_tensors(self) -> list:
         """The tensors of one batch; called inside the traced step, once per replica."""

@@ -10,10 +10,13 @@ import tensorflow as tf
 
 from ..callbacks.base import Callback
 from ..dataflow.base import check_dataflow
+from ..dataflow.common import BatchData
 from ..utils import logger
+from ..utils.concurrency import join_thread
 from .base import InputSource, InputSourceError, check_datapoint
+from ..utils.casting import whole_number
 
-__all__ = ["QueueInput", "DataFlowEndedError"]
+__all__ = ["QueueInput", "BatchQueueInput", "DataFlowEndedError"]
 
 
 class DataFlowEndedError(InputSourceError):
@@ -177,7 +180,7 @@ class QueueInput(InputSource):
     # --- stop and errors -------------------------------------------------------------------
     def raise_pending_error(self) -> None:
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            join_thread(self._thread, 5)
         if self._error is not None:
             err = self._error
             if isinstance(err, InputSourceError):
@@ -206,7 +209,7 @@ class QueueInput(InputSource):
             # the thread may be blocked inside the DataFlow's next(); closing the
             # DataFlow (e.g. stopping its workers) releases it
             self._close_dataflow()
-            self._thread.join(timeout=max(0.1, deadline - time.time()))
+            join_thread(self._thread, max(0.1, deadline - time.time()))
             if self._thread.is_alive():
                 logger.warning("%s: the producer thread did not stop within 10 s; it is a daemon "
                                "thread and ends with the process.", self.name)
@@ -228,7 +231,7 @@ class QueueInput(InputSource):
                 self.queue.dequeue()  # training has ended: nobody else takes from the queue
             except Exception:
                 return  # the queue is already closed
-            self._thread.join(timeout=0.2)
+            join_thread(self._thread, 0.2)
 
     def _close_dataflow(self):
         close = getattr(self.ds, "close", None)
@@ -237,3 +240,17 @@ class QueueInput(InputSource):
                 close()
             except Exception as e:
                 logger.warning("%s: closing the DataFlow failed: %s", self.name, e)
+
+
+class BatchQueueInput(QueueInput):
+    """Like :class:`QueueInput`, from a DataFlow of single datapoints (no batch axis), grouped into
+    batches of ``batch_size`` before the queue (a pass has ``len(ds) // batch_size`` batches).
+
+    Example::
+
+        BatchQueueInput(Mnist('train'), batch_size=64)
+    """
+
+    def __init__(self, ds, batch_size: int, capacity: int = 50, name: str = "BatchQueueInput"):
+        batch_size = whole_number(batch_size, f"{name}(batch_size=...)", minimum=1)
+        super().__init__(BatchData(check_dataflow(ds, name), batch_size), capacity=capacity, name=name)

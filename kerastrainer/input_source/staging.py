@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from ..callbacks.base import Callback
 from ..utils import logger
+from ..utils.concurrency import join_thread
 from ..utils.devices import current_device, current_replica_index, device_type
 from .base import InputSource, InputSourceError
 
@@ -209,7 +210,7 @@ class StagingInput(InputSource):
             return
         # the thread may wait on the wrapped input: closing that releases it
         self.input.close()
-        self._thread.join(timeout=10)
+        join_thread(self._thread, 10)
         if self._thread.is_alive():
             logger.warning("StagingInput: the staging thread did not stop within 10 s; it is a daemon "
                            "thread and ends with the process.")
@@ -227,7 +228,7 @@ class StagingInput(InputSource):
 
     def raise_pending_error(self) -> None:
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            join_thread(self._thread, 5)
         self.input.raise_pending_error()
         if self._error is not None:
             raise InputSourceError(

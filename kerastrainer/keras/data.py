@@ -38,6 +38,7 @@ from ..input_source.base import InputSource
 from ..input_source.dataset import TFDatasetInput
 from ..input_source.queue import QueueInput
 from ..utils import logger
+from ..utils.casting import whole_number
 
 __all__ = ["KerasData", "as_keras_data", "ArrayBatches", "SplitBatches", "PyDatasetFlow", "TFDatasetFlow",
            "GeneratorFlow", "SHARE_SPEC"]
@@ -88,7 +89,7 @@ class ArrayBatches(RNGDataFlow):
         if self.n == 0:
             raise ValueError("The input arrays hold no sample.")
         self.x, self.y = x, y
-        self.batch_size = int(batch_size)
+        self.batch_size = whole_number(batch_size, "batch_size", minimum=1)
         self.shuffle = bool(shuffle)
 
     def __len__(self) -> int:

@@ -73,6 +73,7 @@ from .adapter import KerasModelDesc
 from .callbacks import KerasCallback, wrap_keras_callbacks
 from .data import DEFAULT_BATCH_SIZE, SHARE_SPEC, KerasData, _FirstBatches, _FlatBatches, _map, as_keras_data
 from .objectives import Objectives
+from .own_step import KerasOwnStepDesc, ResetKerasMetrics, model_optimizers, overridden, runs_own_step
 from .structure import KerasSignatureError, ModelIO, as_spec_list, flatten_xy
 from .variables import place_off_strategy, rekey_optimizer, unique_variables
 
@@ -244,6 +245,7 @@ class KerasModel:
         except Exception:  # noqa: BLE001
             self._trainer_template = None
         self._compile_args = None
+        self._own_step_compiled = False
         self._jit_compile: Union[bool, str] = "auto"
         self._optimizer = None
         self._objectives = None
@@ -252,8 +254,33 @@ class KerasModel:
         self.history: Optional[keras.callbacks.History] = None
 
     # --- compile ------------------------------------------------------------------------------
-    def compile(self, optimizer, loss=None, metrics=None, loss_weights=None,
-                jit_compile: Union[bool, str] = "auto") -> None:
+    def compile(self, *args, jit_compile: Union[bool, str] = "auto", **kwargs) -> None:
+        """``compile(optimizer, loss=None, metrics=None, loss_weights=None, jit_compile='auto')``
+        (see :meth:`_compile_standard`). For a model that runs its own step (its class overrides
+        ``train_step``, ``compute_loss`` or ``compute_metrics``) every argument goes to the model's
+        own ``compile``, whatever its signature (keras-io's GAN: ``compile(d_optimizer=...,
+        g_optimizer=..., loss_fn=...)``), and its ``train_step`` is what ``fit`` runs."""
+        if isinstance(jit_compile, str) and jit_compile != "auto" or jit_compile not in (True, False, "auto"):
+            raise ValueError(f"jit_compile must be True, False or 'auto'; got {jit_compile!r}")
+        if runs_own_step(self.model):
+            self.model.compile(*args, **kwargs)
+            self._own_step_compiled = True
+            self._jit_compile = jit_compile
+            self._compile_args = {}
+            self._objectives = None
+            self._io = None
+            return
+        if overridden(self.model, "test_step"):
+            # evaluate() runs the model's own evaluate, which needs the model compiled; fit trains
+            # with compile()'s loss as usual, when an optimizer is given
+            self.model.compile(*args, **kwargs)
+            if not args and kwargs.get("optimizer") is None:
+                self._jit_compile = jit_compile
+                return
+        self._compile_standard(*args, jit_compile=jit_compile, **kwargs)
+
+    def _compile_standard(self, optimizer, loss=None, metrics=None, loss_weights=None,
+                          jit_compile: Union[bool, str] = "auto") -> None:
         """Like ``keras.Model.compile``: a Keras optimizer (or its name; a ``tf.compat.v1.train``
         optimizer, as tensorpack's ``KerasModel`` took, becomes the Keras optimizer with the
         same update rule), the loss(es), the metrics.
@@ -266,8 +293,6 @@ class KerasModel:
         fallback when XLA cannot compile the model) leaves the trainer's own setting;
         True or False overrides it.
         """
-        if isinstance(jit_compile, str) and jit_compile != "auto" or jit_compile not in (True, False, "auto"):
-            raise ValueError(f"jit_compile must be True, False or 'auto'; got {jit_compile!r}")
         opt = keras.optimizers.get(optimizer) if isinstance(optimizer, (str, dict)) else optimizer
         if isinstance(opt, tf.compat.v1.train.Optimizer):  # tensorpack's KerasModel took TF1 optimizers
             opt = translate_optimizer(opt)
@@ -404,6 +429,9 @@ class KerasModel:
         if size > 1 and shard and isinstance(data_arg, keras.utils.PyDataset):
             data = KerasData(data.kind, shard_dataflow(data.source, rank, size), data.first,
                              None if data.steps is None else data.steps // size)
+        if runs_own_step(self.model):
+            return self._fit_own_step(trainer, data, validation_data, steps_per_epoch, max_epoch, callbacks,
+                                      session_init, starting_epoch, extra_callbacks, monitors)
         io = self._prepare(data)
         n_rep = self._replicas(trainer)
         flatten = _flattener(io)
@@ -422,6 +450,32 @@ class KerasModel:
             if validation_steps is not None:
                 val_flow = _FirstBatches(val_flow, validation_steps)
         return self._launch(trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
+                            starting_epoch, extra_callbacks, monitors)
+
+    def _fit_own_step(self, trainer, data: KerasData, validation_data, steps_per_epoch, max_epoch, callbacks,
+                      session_init, starting_epoch, extra_callbacks, monitors) -> keras.callbacks.History:
+        """A model that runs its own ``train_step`` (see :mod:`.own_step`)."""
+        model = self.model
+        if not self._own_step_compiled:
+            raise RuntimeError(f"{type(model).__name__} runs its own train_step: call KerasModel.compile(...) (its "
+                               "arguments go to the model's own compile) before fit.")
+        if validation_data is not None:
+            raise NotImplementedError(
+                f"KerasModel.fit(validation_data=...) for {type(model).__name__}, which runs its own train_step, "
+                "is not supported: validation would have to run its test_step inside the trainer. Call "
+                "KerasModel.evaluate(data) after fit (it runs the model's own evaluate).")
+        # (an unbuilt model builds in the trainer's first trace of its step, on the trainer's strategy)
+        desc = KerasOwnStepDesc(model, data.first)
+        source, steps = data.make_input(desc.flatten, self._replicas(trainer))
+        if steps_per_epoch is None:
+            if steps is None:
+                raise ValueError("steps_per_epoch is unknown: the data does not know its length. Give "
+                                 "fit(steps_per_epoch=...).")
+            steps_per_epoch = steps
+        source = staged_on_gpus(source)
+        self._own_desc = desc
+        cbs = [ResetKerasMetrics(model)] + list(callbacks or [])
+        return self._launch(trainer, desc, source, None, steps_per_epoch, max_epoch, cbs, session_init,
                             starting_epoch, extra_callbacks, monitors)
 
     def _fit_input_source(self, source: InputSource, trainer, validation_data, steps_per_epoch, max_epoch,
@@ -446,7 +500,7 @@ class KerasModel:
     def _launch(self, trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
                 starting_epoch, extra_callbacks, monitors) -> keras.callbacks.History:
         replicas = self._replicas(trainer) * _worker_rank_size(trainer)[1]
-        metrics = [n for ms in self._objectives.metrics.values() for n, _ in ms]
+        metrics = [n for ms in self._objectives.metrics.values() for n, _ in ms] if self._objectives else []
         if replicas > 1 and metrics:  # the loss is averaged over the replicas; the metrics are not
             logger.info("KerasModel.fit: the training metrics %s cover the first replica's batch of each step "
                         "(1 of %d replicas); the loss covers all of them, val_* the whole validation data.",
@@ -456,7 +510,7 @@ class KerasModel:
             cbs.append(InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val")))
         history = keras.callbacks.History()
         user = wrap_keras_callbacks(callbacks, self.model)
-        if SHARE_SPEC.name in desc.input_names:
+        if SHARE_SPEC.name in desc.input_names and self._io is not None:
             _share_for_runners(user, _flattener(self._io))
         # Keras callbacks after the validation so that their logs hold val_* statistics
         cbs += [c for c in user if not isinstance(c, KerasCallback)]
@@ -478,9 +532,16 @@ class KerasModel:
 
     def _release_strategy(self) -> None:
         """Make the model plain Keras again (variables off the trainer's strategy)."""
-        variables = unique_variables(list(self.model.variables) + list(getattr(self._optimizer, "variables", [])))
+        own = getattr(self, "_own_desc", None)
+        if own is not None and own.keras_model is self.model:
+            optimizers = list(model_optimizers(self.model).values())
+            variables = unique_variables(list(self.model.variables) + own.state_variables())
+        else:
+            optimizers = [self._optimizer]
+            variables = unique_variables(list(self.model.variables) + list(getattr(self._optimizer, "variables", [])))
         if place_off_strategy(variables):
-            rekey_optimizer(self._optimizer)
+            for opt in optimizers:
+                rekey_optimizer(opt)
 
     # --- evaluate / predict --------------------------------------------------------------------
     def evaluate(self, data=None, batch_size: Optional[int] = None, steps: Optional[int] = None) -> dict:
@@ -492,6 +553,8 @@ class KerasModel:
         data_arg = data if data is not None else self.input
         if data_arg is None:
             raise ValueError("KerasModel.evaluate needs data.")
+        if overridden(self.model, "test_step") or runs_own_step(self.model):
+            return self._evaluate_with_keras(data_arg, batch_size, steps)
         if isinstance(data_arg, InputSource):
             raise TypeError("evaluate needs data it can read in Python (arrays, a DataFlow, a tf.data.Dataset), "
                             f"not a {type(data_arg).__name__}.")
@@ -521,6 +584,21 @@ class KerasModel:
         if count == 0:
             raise ValueError("evaluate: the data produced no batch.")
         return {n: float(s / count) for n, s in zip(names, sums)}
+
+    def _evaluate_with_keras(self, data, batch_size: Optional[int], steps: Optional[int]) -> dict:
+        """The model's own ``evaluate`` (its ``test_step``), on the data forms ``evaluate`` takes."""
+        if isinstance(data, InputSource):
+            raise TypeError("evaluate needs data it can read in Python (arrays, a DataFlow, a tf.data.Dataset), "
+                            f"not a {type(data).__name__}.")
+        kw = dict(steps=steps, verbose=0, return_dict=True)
+        if is_dataflow(data):
+            data.reset_state()
+            gen = (tuple(dp) if isinstance(dp, list) else dp for dp in data)
+            return self.model.evaluate(gen, **kw)
+        if isinstance(data, tuple) and len(data) in (2, 3) and not isinstance(data[0], tf.data.Dataset):
+            return self.model.evaluate(data[0], data[1], batch_size=batch_size,
+                                       sample_weight=data[2] if len(data) == 3 else None, **kw)
+        return self.model.evaluate(data, batch_size=batch_size, **kw)
 
     def predict(self, x, batch_size: Optional[int] = None):
         """The model's outputs on ``x``: ``keras.Model.predict`` on the trained model."""

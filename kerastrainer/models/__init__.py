@@ -31,6 +31,7 @@ from .shapes import ConcatWith
 from .linearwrap import LinearWrap
 from .regularize import l1_regularizer, l2_regularizer, regularize_cost, regularize_cost_from_collection
 from .resnet import RESNET_CONFIGS, resnet, resnet_backbone
+from .tflayer import rename_tflayer_get_variable
 
 __all__ = [
     "argscope", "get_arg_scope", "enable_argscope_for_function", "enable_argscope_for_module",
@@ -40,5 +41,5 @@ __all__ = [
     "BatchNorm", "BatchRenorm", "BatchRenormalization", "BNReLU", "TowerBatchNormalization", "MaxPooling", "AvgPooling", "GlobalAvgPooling", "FixedUnPooling",
     "Dropout", "LayerNorm", "InstanceNorm", "ChannelAffineNormalization", "PReLU", "Maxout", "ConcatWith",
     "LinearWrap", "regularize_cost", "regularize_cost_from_collection", "l2_regularizer",
-    "l1_regularizer", "resnet", "resnet_backbone", "RESNET_CONFIGS",
+    "l1_regularizer", "resnet", "resnet_backbone", "RESNET_CONFIGS", "rename_tflayer_get_variable",
 ]

@@ -120,7 +120,7 @@ def _sync_mode(value) -> Optional[str]:
 def BatchNorm(inputs, axis: Optional[int] = None, training: Optional[bool] = None,
               momentum: float = 0.9, epsilon: float = 1e-5, center: bool = True, scale: bool = True,
               beta_initializer="zeros", gamma_initializer="ones", data_format: str = "channels_last",
-              sync_statistics: Optional[Union[str, bool]] = None):
+              sync_statistics: Optional[Union[str, bool]] = None, ema_update: str = "default"):
     """Batch normalization with tensorpack's defaults (momentum 0.9, epsilon 1e-5).
 
     Args:
@@ -129,6 +129,9 @@ def BatchNorm(inputs, axis: Optional[int] = None, training: Optional[bool] = Non
             tower context (tensorpack's behaviour).
         sync_statistics: None, ``'nccl'`` / ``'replica'`` (all-reduce across
             ``tf.distribute`` replicas) or ``'horovod'``.
+        ema_update: tensorpack's ``'default'``, ``'collection'`` and ``'internal'`` are one
+            behaviour here: the moving statistics are updated inside the call (main tower).
+            ``'skip'`` (train without updating them) is an error.
 
     tensorpack's names ``decay``, ``use_scale``, ``use_bias``, ``gamma_init`` work too.
 
@@ -142,6 +145,10 @@ def BatchNorm(inputs, axis: Optional[int] = None, training: Optional[bool] = Non
     if axis is None:
         axis = C.channel_axis(fmt, ndim)
     sync = _sync_mode(sync_statistics)
+    if ema_update not in ("default", "collection", "internal"):
+        raise ValueError(f"BatchNorm(ema_update={ema_update!r}): kerastrainer updates the moving statistics "
+                         "inside the call ('default', 'collection' and 'internal' all mean that); 'skip' is "
+                         "not supported: share the layer's statistics on purpose with training=False instead.")
     if training is None:
         ctx = get_current_tower_context()
         training = bool(ctx.is_training) if ctx is not None else False

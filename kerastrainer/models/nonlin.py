@@ -12,9 +12,10 @@ import tensorflow as tf
 
 from ..tfutils.tower import get_variable
 from . import _common as C
+from .batch_norm import BNReLU  # tensorpack's path of BNReLU (defined beside BatchNorm)
 from .registry import layer_register
 
-__all__ = ["PReLU", "Maxout"]
+__all__ = ["PReLU", "Maxout", "BNReLU"]
 
 
 @layer_register(log_shape=False)

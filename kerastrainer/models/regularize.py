@@ -24,8 +24,9 @@ import tensorflow as tf
 
 from ..tfutils.tower import current_layer_store, get_current_tower_context
 from ..utils import logger
+from .dropout import Dropout  # tensorpack's path of Dropout (its own module here)
 
-__all__ = ["regularize_cost", "regularize_cost_from_collection", "l2_regularizer", "l1_regularizer"]
+__all__ = ["regularize_cost", "regularize_cost_from_collection", "l2_regularizer", "l1_regularizer", "Dropout"]
 
 _logged_lock = threading.Lock()
 _logged_messages = set()

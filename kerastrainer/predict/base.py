@@ -5,9 +5,37 @@ from typing import Dict
 
 import tensorflow as tf
 
+from ..utils.tf1_only import tf1_only_class
 from .config import PredictConfig
 
-__all__ = ["OfflinePredictor", "build_model_for_inference"]
+__all__ = ["PredictorBase", "OnlinePredictor", "OfflinePredictor", "build_model_for_inference"]
+
+
+class PredictorBase:
+    """Base class of predictors: ``predictor(*inputs)`` -> list of output arrays. Subclasses
+    implement ``_do_call(inputs)`` (a list of arrays, one per input name).
+
+    Example::
+
+        class Doubler(PredictorBase):
+            def _do_call(self, inputs):
+                return [inputs[0] * 2]
+    """
+
+    def __call__(self, *inputs):
+        if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+            inputs = tuple(inputs[0])
+        return self._do_call(list(inputs))
+
+    def _do_call(self, inputs):
+        raise NotImplementedError(f"{type(self).__name__} must implement _do_call(inputs)")
+
+
+OnlinePredictor = tf1_only_class(
+    "OnlinePredictor", __name__, "there is no session whose graph tensors a predictor could run",
+    "Use OfflinePredictor(PredictConfig(...)) (weights from a checkpoint or from the trainer's "
+    "variables), or trainer.get_predictor(input_names, output_names) inside a callback.",
+    base=PredictorBase)
 
 
 class _InferenceTarget:
@@ -29,7 +57,7 @@ def build_model_for_inference(model, session_init) -> _InferenceTarget:
     return target
 
 
-class OfflinePredictor:
+class OfflinePredictor(PredictorBase):
     """Run a model's tower in inference mode and fetch tensors by name.
 
     Call it with one array per input name (or a list of them); it returns a list of

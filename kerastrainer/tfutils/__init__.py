@@ -4,6 +4,7 @@ from .sessinit import (ChainInit, CheckpointInit, CheckpointLoadError, DictResto
                        NpzInit, SaverRestore, SessionInit, SmartInit, get_checkpoint_path)
 from .summary import add_moving_summary, add_param_summary, add_tensor_summary
 from .tower import TowerContext, get_current_tower_context, get_variable
+from .tower import TowerFunc, TowerFuncWrapper, TowerTensorHandle, TowerTensorHandles
 from .tower_func import ModelVariables, TowerFunction
 from . import gradproc, optimizer, sessinit, summary, tower  # noqa: E402 (named in __all__)
 from .common import get_global_step_value, get_global_step_var, get_tf_version_tuple  # noqa: E402
@@ -14,7 +15,34 @@ __all__ = ["LayerStore", "get_default_layer_store", "get_variable", "reset_defau
            "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError",
            "add_moving_summary", "add_param_summary", "add_tensor_summary",
            "TowerContext", "get_current_tower_context", "TowerFunction", "ModelVariables",
+           "TowerFunc", "TowerFuncWrapper", "TowerTensorHandle", "TowerTensorHandles",
            "load_chkpt_vars", "NonFiniteWeightsError", "CheckpointWriteError",
            # submodules, as tensorpack's star import gives them (`summary.add_moving_summary(...)`)
            "get_tf_version_tuple", "get_global_step_var", "get_global_step_value",
            "summary", "sessinit", "tower", "gradproc", "optimizer"]
+
+# tensorpack's tfutils/__init__ exports these too. The argscope names are models/'s (reached
+# through the alias module tfutils/argscope.py): loaded on first access, like the package's lazy
+# star-exports, because models/ imports this package while it loads. `from kerastrainer.tfutils
+# import argscope` is the function, as in tensorpack.
+from . import collection, dependency, sesscreate, varreplace  # noqa: E402 (named in __all__)
+from .collect_env import collect_env_info  # noqa: E402
+from .sesscreate import get_default_sess_config  # noqa: E402
+from .sessinit import SaverRestoreRelaxed, get_model_loader  # noqa: E402
+
+_ARGSCOPE_NAMES = ("argscope", "get_arg_scope", "enable_argscope_for_function", "enable_argscope_for_module")
+
+
+def __getattr__(name):
+    if name in _ARGSCOPE_NAMES:
+        import importlib
+        mod = importlib.import_module(__name__ + ".argscope")
+        for n in _ARGSCOPE_NAMES:  # loading the submodule bound `argscope` to it: the function wins
+            globals()[n] = getattr(mod, n)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ += ["argscope", "get_arg_scope", "enable_argscope_for_function", "enable_argscope_for_module",
+            "collect_env_info", "get_default_sess_config", "SaverRestoreRelaxed", "get_model_loader",
+            "sesscreate", "varreplace"]

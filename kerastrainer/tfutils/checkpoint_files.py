@@ -17,8 +17,8 @@ from typing import List, Optional
 
 from ..utils import logger
 
-__all__ = ["CHECKPOINT_PREFIX", "POINTER_FILE", "latest_checkpoint", "read_pointer", "checkpoint_exists",
-           "list_checkpoints"]
+__all__ = ["CHECKPOINT_PREFIX", "POINTER_FILE", "latest_checkpoint", "get_checkpoint_path", "read_pointer",
+           "checkpoint_exists", "list_checkpoints"]
 
 CHECKPOINT_PREFIX = "checkpoint"
 POINTER_FILE = "checkpoint"
@@ -115,3 +115,20 @@ def list_checkpoints(directory: str) -> List[str]:
         if p not in out:
             out.append(p)
     return out
+
+
+def get_checkpoint_path(path: str) -> str:
+    """Resolve a log dir (its latest checkpoint) or a checkpoint prefix to a prefix."""
+    if os.path.basename(path) == "checkpoint" and os.path.isfile(path) and not os.path.isfile(path + ".index"):
+        path = os.path.dirname(path) or "."  # tensorpack's `--load <dir>/checkpoint`: the pointer file
+    if os.path.isdir(path):
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise FileNotFoundError(f"No checkpoint in directory '{path}' (no 'checkpoint' state file "
+                                    "pointing at a complete checkpoint).")
+        return latest
+    if path.endswith(".index"):
+        path = path[: -len(".index")]
+    if not os.path.isfile(path + ".index"):
+        raise FileNotFoundError(f"Checkpoint '{path}' does not exist ({path}.index is missing).")
+    return path

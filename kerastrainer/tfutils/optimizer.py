@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from ..utils.tf1_only import tf1_only_class
 from .gradproc import GradientProcessor, variable_key, variable_names
 
-__all__ = ["apply_grad_processors", "AccumGradOptimizer"]
+__all__ = ["apply_grad_processors", "AccumGradOptimizer", "ProxyOptimizer", "PostProcessOptimizer",
+           "VariableAssignmentOptimizer"]
 
 
 class GradientProcessedOptimizer:
@@ -72,3 +74,19 @@ def AccumGradOptimizer(opt, niter: int):  # noqa: N802 - tensorpack's name, call
         f"optimizer gradient_accumulation_steps={niter} instead (it applies the mean of the "
         f"accumulated gradients where tensorpack applied their sum: multiply the learning rate "
         f"by {niter} for tensorpack's update).")
+
+
+# tensorpack's TF1 optimizer wrappers: subclasses of tf.train.Optimizer, which Keras 3 does not use
+_WRAPPER = "a wrapper of a TF1 tf.train.Optimizer; Keras 3 optimizers are not TF1 optimizers"
+ProxyOptimizer = tf1_only_class(
+    "ProxyOptimizer", __name__, _WRAPPER,
+    "Subclass the Keras optimizer instead (override apply_gradients / update_step), or transform "
+    "the gradients with apply_grad_processors(opt, [gradproc...]).")
+PostProcessOptimizer = tf1_only_class(
+    "PostProcessOptimizer", __name__, _WRAPPER,
+    "Run the post-update op in a Callback's _trigger_step (e.g. var.assign(...)) or use a Keras "
+    "weight constraint (kernel_constraint=...), which Keras applies after each update.")
+VariableAssignmentOptimizer = tf1_only_class(
+    "VariableAssignmentOptimizer", __name__, _WRAPPER,
+    "Give the layer a Keras constraint applied after every update: e.g. WGAN's clipping is "
+    "kernel_constraint=lambda w: tf.clip_by_value(w, -0.01, 0.01).")

@@ -21,11 +21,13 @@ __all__ = ["auto_reuse_variable_scope", "under_name_scope", "under_variable_scop
 
 
 def auto_reuse_variable_scope(func: Callable) -> Callable:
-    """Run ``func`` in the current variable scope with reuse on (TF1's AUTO_REUSE)."""
+    """Run ``func`` in the current variable scope with reuse on (TF1's AUTO_REUSE), in the current
+    name scope: re-entering the scope opens no new name scope (``discrim/discrim_1``), so the layers
+    get the same scoped names, and are the same layers, at every call (as tensorpack's)."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         scope = tf.compat.v1.get_variable_scope()
-        with tf.compat.v1.variable_scope(scope, reuse=tf.compat.v1.AUTO_REUSE):
+        with tf.compat.v1.variable_scope(scope, reuse=tf.compat.v1.AUTO_REUSE, auxiliary_name_scope=False):
             return func(*args, **kwargs)
     return wrapper
 

@@ -20,13 +20,13 @@ import tensorflow as tf
 
 from ..utils import logger
 from ..utils.casting import cast_exactly
-from .checkpoint_files import latest_checkpoint, list_checkpoints
+from .checkpoint_files import get_checkpoint_path, latest_checkpoint, list_checkpoints
 from .varmanip import (HYPERPARAMS_FROM, CheckpointLoadError, assign_by_name, counter_of, is_named_format, load_chkpt_vars,
                        nonfinite_names)
 
 __all__ = ["SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore",
            "NpzInit", "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError",
-           "find_resumable_checkpoint"]
+           "find_resumable_checkpoint", "SaverRestoreRelaxed", "get_model_loader"]
 
 
 class SessionInit:
@@ -44,23 +44,6 @@ class JustCurrentSession(SessionInit):
 
     def _init(self, target):
         pass
-
-
-def get_checkpoint_path(path: str) -> str:
-    """Resolve a log dir (its latest checkpoint) or a checkpoint prefix to a prefix."""
-    if os.path.basename(path) == "checkpoint" and os.path.isfile(path) and not os.path.isfile(path + ".index"):
-        path = os.path.dirname(path) or "."  # tensorpack's `--load <dir>/checkpoint`: the pointer file
-    if os.path.isdir(path):
-        latest = latest_checkpoint(path)
-        if latest is None:
-            raise FileNotFoundError(f"No checkpoint in directory '{path}' (no 'checkpoint' state file "
-                                    "pointing at a complete checkpoint).")
-        return latest
-    if path.endswith(".index"):
-        path = path[: -len(".index")]
-    if not os.path.isfile(path + ".index"):
-        raise FileNotFoundError(f"Checkpoint '{path}' does not exist ({path}.index is missing).")
-    return path
 
 
 class CheckpointInit(SessionInit):
@@ -173,6 +156,52 @@ class CheckpointInit(SessionInit):
 
 
 SaverRestore = CheckpointInit
+
+
+class SaverRestoreRelaxed(CheckpointInit):
+    """:class:`SaverRestore` with tensorpack's relaxed matching: a saved array of another shape
+    but the same number of elements is reshaped into its variable; one that cannot be reshaped
+    leaves its variable as it is, with a warning naming it (instead of an error).
+
+    Args:
+        model_path: a checkpoint prefix or a directory (its latest checkpoint).
+        prefix: load the variable named ``<prefix>/<name>`` from the checkpoint's ``<name>``.
+        ignore: variable names (``'fc/b'`` or ``'fc/b:0'``) to leave out.
+
+    Example::
+
+        SaverRestoreRelaxed('pretrained/checkpoint-100', ignore=['linear/W', 'linear/b'])
+    """
+
+    def __init__(self, model_path: str, prefix: Optional[str] = None, ignore=()):
+        super().__init__(model_path, ignore_mismatch=True)
+        self.prefix = prefix
+        self.ignore = {n[:-2] if n.endswith(":0") else n for n in ignore}
+
+    def _init(self, target):
+        arrays = self._read()
+        if is_named_format(arrays):
+            if self.prefix:
+                arrays = {f"{self.prefix}/{k}": v for k, v in arrays.items()}
+            arrays = {k: v for k, v in arrays.items() if k not in self.ignore}
+            for name, var in target.named_variables().items():
+                val = arrays.get(name)
+                if (isinstance(val, np.ndarray) and tuple(val.shape) != tuple(var.shape)
+                        and val.size == int(np.prod(var.shape))):
+                    logger.info("SaverRestoreRelaxed: %s %s reshaped to %s", name, val.shape, tuple(var.shape))
+                    arrays[name] = val.reshape(tuple(var.shape))
+        self._arrays = arrays
+        super()._init(target)
+
+
+def get_model_loader(filename: str) -> SessionInit:
+    """tensorpack's older name of :func:`SmartInit` for one file (``.npz`` or a checkpoint).
+
+    Example::
+
+        config = PredictConfig(..., session_init=get_model_loader('train_log/x/checkpoint'))
+    """
+    return SmartInit(filename)
 
 
 class DictRestore(SessionInit):

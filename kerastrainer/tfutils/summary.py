@@ -32,7 +32,8 @@ from .._internals import install_tf_summary_patch
 from ..utils import logger
 from .tower import current_scope_name, get_current_tower_context
 
-__all__ = ["add_moving_summary", "add_tensor_summary", "add_param_summary", "summary_name"]
+__all__ = ["add_moving_summary", "add_tensor_summary", "add_param_summary", "add_activation_summary",
+           "summary_name"]
 
 
 def summary_name(t, name=None) -> str:
@@ -211,3 +212,21 @@ def _install_tower_summaries() -> None:
 
 
 _install_tower_summaries()
+
+
+def add_activation_summary(x, types=None, name=None, collections=None):
+    """Summaries of an activation (rank >= 2), under ``activation-summary/<name>``: its
+    sparsity, rms (moving scalars) and histogram by default. Main training tower only.
+
+    Example::
+
+        l = Conv2D('conv0', image, 32, 3)
+        add_activation_summary(l, name='conv0')   # activation-summary/conv0/sparsity, .../rms
+    """
+    ndim = x.shape.ndims
+    if ndim is not None and ndim < 2:
+        logger.warning("add_activation_summary: %s has rank %d; it takes activations of rank >= 2.",
+                       summary_name(x, name), ndim)
+        return
+    types = ["sparsity", "rms", "histogram"] if types is None else types
+    add_tensor_summary(x, types, name="activation-summary/" + summary_name(x, name), collections=collections)

@@ -16,7 +16,7 @@ Example::
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
@@ -128,8 +128,17 @@ def scalar_cost_error(error: Exception) -> Optional[ValueError]:
                       "gradient of its sum: reduce it, e.g. with tf.reduce_mean.")
 
 
+def _scalar_when_run(cost):
+    """A cost of unknown rank (tf.squeeze, a py_function) reshaped to a scalar: a per-example cost
+    would train on the gradient of its sum; the step fails instead (see scalar_cost_error)."""
+    if isinstance(cost, tf.Tensor) and cost.shape.rank is None:
+        return tf.reshape(cost, [], name=SCALAR_COST_CHECK)
+    return cost
+
+
 class TowerFunction:
-    """A tower function ``fn(*inputs) -> cost`` with its input signature and layer store."""
+    """A tower function ``fn(*inputs) -> cost`` (or a dict of costs, one per
+    :class:`~kerastrainer.tfutils.objective.Objective`) with its input signature and layer store."""
 
     def __init__(self, fn: Callable, input_signature: Sequence[tf.TensorSpec], layer_store: LayerStore):
         self.fn = fn
@@ -137,6 +146,7 @@ class TowerFunction:
         self.layer_store = layer_store
         self.summary_names: List[str] = []
         self.histogram_names: List[str] = []
+        self.cost_names: Optional[List[str]] = None   # the keys of a dict of costs (objectives)
         self._built = False
         self.created_variables: list = []
 
@@ -149,10 +159,11 @@ class TowerFunction:
             # Tower code runs as written (graph semantics, as in tensorpack), not rewritten
             # by AutoGraph: use tf.cond / tf.while_loop for data-dependent control flow.
             cost = tf.autograph.experimental.do_not_convert(self.fn)(*inputs)
-            if is_training and isinstance(cost, tf.Tensor) and cost.shape.rank is None:
-                # a cost of unknown rank (tf.squeeze, a py_function): a per-example cost would train
-                # on the gradient of its sum; the step fails instead (see scalar_cost_error)
-                cost = tf.reshape(cost, [], name=SCALAR_COST_CHECK)
+            if is_training:
+                if isinstance(cost, Mapping):   # several costs (objectives): each checked alike
+                    cost = {k: _scalar_when_run(c) for k, c in cost.items()}
+                else:
+                    cost = _scalar_when_run(cost)
         return cost, ctx
 
     def build(self, total: int = 1, require_cost: bool = True) -> None:
@@ -196,12 +207,28 @@ class TowerFunction:
         cost = found["cost"]
         if cost is None and not require_cost:
             cost = tf.constant(0.0)
-        if not isinstance(cost, (tf.Tensor, tf.Variable)) and not hasattr(cost, "dtype"):
-            raise TypeError(f"build_graph must return the cost tensor; it returned {type(cost).__name__}.")
-        if cost.shape.rank not in (0, None):
-            raise ValueError(f"build_graph must return a scalar cost; it returned shape {cost.shape}. "
-                             "Reduce it, e.g. with tf.reduce_mean.")
-        if getattr(getattr(cost, "op", None), "name", "").endswith(SCALAR_COST_CHECK):
+        if isinstance(cost, Mapping):
+            if not cost:
+                raise ValueError("build_graph returned an empty dict: return the cost, or a dict of costs "
+                                 "(one per Objective).")
+            bad = [k for k in cost if not isinstance(k, str)]
+            if bad:
+                raise TypeError(f"build_graph returned a dict of costs with keys {bad!r}: the keys must be strings "
+                                "(the names Objective(cost=...) refers to).")
+            self.cost_names = list(cost)
+        else:
+            self.cost_names = None
+        costs = cost if isinstance(cost, Mapping) else {None: cost}
+        for key, c in costs.items():
+            if not isinstance(c, (tf.Tensor, tf.Variable)) and not hasattr(c, "dtype"):
+                raise TypeError("build_graph must return the cost tensor (or a dict of them); " +
+                                (f"it returned {type(c).__name__}." if key is None
+                                 else f"cost '{key}' is a {type(c).__name__}."))
+            if c.shape.rank not in (0, None):
+                raise ValueError("build_graph must return a scalar cost; " +
+                                 (f"it returned shape {c.shape}. " if key is None else f"cost '{key}' has shape "
+                                  f"{c.shape}. ") + "Reduce it, e.g. with tf.reduce_mean.")
+        if any(getattr(getattr(c, "op", None), "name", "").endswith(SCALAR_COST_CHECK) for c in costs.values()):
             self._check_cost_with_a_known_batch(total)
         self.created_variables = created
         self.summary_names = found["summaries"]
@@ -222,13 +249,15 @@ class TowerFunction:
             return self(*inputs, name="tower0", is_training=True, index=0, total=total)[0]
 
         try:
-            shape = tf.function(trace, autograph=False).get_concrete_function(*specs).structured_outputs.shape
+            out = tf.function(trace, autograph=False).get_concrete_function(*specs).structured_outputs
         except Exception:  # noqa: BLE001 - any trouble of this extra trace is left to the step's check
             return
-        if shape.rank not in (0, None):
-            raise ValueError(f"build_graph must return a scalar cost; with a batch of 2 it returned shape {shape} "
-                             "(its shape is unknown with an unknown batch, e.g. after tf.squeeze). A per-example "
-                             "cost would train on the gradient of its sum: reduce it, e.g. with tf.reduce_mean.")
+        for key, c in (out.items() if isinstance(out, Mapping) else [(None, out)]):
+            if c.shape.rank not in (0, None):
+                what = "it returned" if key is None else f"cost '{key}' has"
+                raise ValueError(f"build_graph must return a scalar cost; with a batch of 2 {what} shape {c.shape} "
+                                 "(its shape is unknown with an unknown batch, e.g. after tf.squeeze). A per-example "
+                                 "cost would train on the gradient of its sum: reduce it, e.g. with tf.reduce_mean.")
 
     def adopt_variables(self, exclude=()) -> None:
         """Keep variables the tower made outside the store (a Keras model built in build_graph)

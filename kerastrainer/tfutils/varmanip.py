@@ -36,10 +36,15 @@ import tensorflow as tf
 from .._internals import optimizer_slot_lists, optimizer_trainable_variables
 from ..utils import logger
 from ..utils.casting import cast_exactly
+from ..utils.tf1_only import tf1_only_class
+from .checkpoint_files import get_checkpoint_path, list_checkpoints
 
 __all__ = ["CheckpointLoadError", "CheckpointWriteError", "NonFiniteWeightsError", "FORMAT_KEY", "FORMAT_NAMED",
            "checkpoint_variables", "write_checkpoint", "load_chkpt_vars", "is_named_format",
-           "nonfinite_names", "assign_by_name", "match_report"]
+           "nonfinite_names", "assign_by_name", "match_report",
+           # tensorpack's names at this path
+           "get_checkpoint_path", "get_all_checkpoints", "load_checkpoint_vars", "save_chkpt_vars",
+           "save_checkpoint_vars", "dump_session_params", "SessionUpdate"]
 
 FORMAT_KEY = "_kerastrainer/format"
 FORMAT_NAMED = b"named-v1"
@@ -84,8 +89,9 @@ def _short_name(v) -> str:
     return str(getattr(v, "name", "var")).split(":")[0].split("/")[-1]
 
 
-def _optimizer_variables(opt, name_of: Dict[int, str]) -> Dict[str, object]:
-    """``{'optimizer/<var name>/<slot>': slot, 'optimizer/iterations': ...}`` of a Keras optimizer.
+def _optimizer_variables(opt, name_of: Dict[int, str], base: str = OPTIMIZER_PREFIX) -> Dict[str, object]:
+    """``{'optimizer/<var name>/<slot>': slot, 'optimizer/iterations': ...}`` of a Keras optimizer
+    (``base`` in place of ``'optimizer/'``: ``'optimizer/<objective>/'`` with several).
 
     A slot list is an attribute holding one variable of its reference's shape per
     trainable variable (Keras' ``_momentums``, ``_velocities``...); its entries are keyed
@@ -100,7 +106,7 @@ def _optimizer_variables(opt, name_of: Dict[int, str]) -> Dict[str, object]:
         o = chain[depth]
         # the optimizer that owns the slots is 'optimizer/' whatever wraps it (a loss-scale wrapper
         # with fp16): a checkpoint then loads under either precision
-        prefix = OPTIMIZER_PREFIX if depth == len(chain) - 1 else f"{OPTIMIZER_PREFIX}{type(o).__name__}/"
+        prefix = base if depth == len(chain) - 1 else f"{base}{type(o).__name__}/"
         tvars = optimizer_trainable_variables(o)
         tids = {_vid(v) for v in tvars}
         if tvars:
@@ -116,7 +122,7 @@ def _optimizer_variables(opt, name_of: Dict[int, str]) -> Dict[str, object]:
                     if sv is None or _vid(sv) in claimed:
                         continue
                     ref_name = name_of.get(_vid(ref), f"_unnamed_{i}")
-                    out[f"{OPTIMIZER_PREFIX}{ref_name}/{slot}"] = sv
+                    out[f"{base}{ref_name}/{slot}"] = sv
                     claimed.add(_vid(sv))
         for v in list(getattr(o, "variables", None) or []):
             if _vid(v) in claimed or _vid(v) in tids:
@@ -157,8 +163,12 @@ def checkpoint_variables(target, model_only: bool = False) -> Dict[str, object]:
     for name, v in model.items():
         name_of.setdefault(_vid(v), name)
     extra = dict(_counter_vars(target))
+    several = getattr(target, "named_optimizers", None)
     opt = getattr(target, "optimizer", None)
-    if opt is not None:
+    if several:   # a model with Objectives: each optimizer under its objective's name
+        for name, o in several.items():
+            extra.update(_optimizer_variables(o, name_of, f"{OPTIMIZER_PREFIX}{name}/"))
+    elif opt is not None:
         extra.update(_optimizer_variables(opt, name_of))
     clash = sorted(set(out) & set(extra))
     if clash:
@@ -348,6 +358,31 @@ def _reconcile_optimizer(wanted: Dict[str, object], arrays: Dict[str, np.ndarray
     return out
 
 
+def _reconcile_optimizers(target, wanted: Dict[str, object], arrays: Dict[str, np.ndarray], source: str,
+                          hyperparams: str) -> Dict[str, np.ndarray]:
+    """:func:`_reconcile_optimizer` for each optimizer of ``target``: its only one, or each
+    objective's (``optimizer/<name>/...``), compared with the checkpoint's of the same name."""
+    several = getattr(target, "named_optimizers", None)
+    if not several:
+        return _reconcile_optimizer(wanted, arrays, source, hyperparams)
+    out = {k: v for k, v in arrays.items() if not k.startswith(OPTIMIZER_PREFIX)}
+    for name in several:
+        base = f"{OPTIMIZER_PREFIX}{name}/"
+
+        def local(d):
+            return {OPTIMIZER_PREFIX + k[len(base):]: v for k, v in d.items() if k.startswith(base)}
+        code, saved = local(wanted), local(arrays)
+        kept = _reconcile_optimizer(code, saved, f"{source} (optimizer '{name}')", hyperparams)
+        for k in [k for k in wanted if k.startswith(base)]:
+            if OPTIMIZER_PREFIX + k[len(base):] not in code:
+                wanted.pop(k)   # the code's optimizer starts afresh there, or keeps its value
+        out.update({base + k[len(OPTIMIZER_PREFIX):]: v for k, v in kept.items()})
+    # saved entries of optimizers the code no longer has stay, as unexpected names
+    ours = tuple(f"{OPTIMIZER_PREFIX}{n}/" for n in several)
+    out.update({k: v for k, v in arrays.items() if k.startswith(OPTIMIZER_PREFIX) and not k.startswith(ours)})
+    return out
+
+
 def _show(value: np.ndarray) -> str:
     """A hyper-parameter's value as a user wrote it (1e-4, not 9.999999747378752e-05)."""
     if value.ndim == 0 and value.dtype.kind == "f":
@@ -372,7 +407,7 @@ def assign_by_name(target, arrays: Dict[str, np.ndarray], source: str, model_onl
     if model_only:
         arrays = {k: v for k, v in arrays.items() if not (k.startswith(OPTIMIZER_PREFIX) or k in COUNTERS)}
     else:
-        arrays = _reconcile_optimizer(wanted, arrays, source, hyperparams)
+        arrays = _reconcile_optimizers(target, wanted, arrays, source, hyperparams)
     matched, missing, unexpected, mismatched = match_report(wanted, arrays)
     missing_model, missing_other = _split(missing)
     unexpected_model, unexpected_other = _split(unexpected)
@@ -418,3 +453,59 @@ def counter_of(arrays: Dict[str, np.ndarray], name: str) -> Optional[int]:
         if key in arrays:
             return int(np.asarray(arrays[key]))
     return None
+
+
+# --- tensorpack's helpers at this path ---------------------------------------------------------
+def get_all_checkpoints(directory: str) -> List[str]:
+    """The complete checkpoints of ``directory``, oldest first (tensorpack's order).
+
+    Example::
+
+        for prefix in get_all_checkpoints('train_log/mnist'): print(prefix)
+    """
+    return list(reversed(list_checkpoints(directory)))
+
+
+def load_checkpoint_vars(path: str) -> Dict[str, np.ndarray]:
+    """tensorpack's other name of :func:`load_chkpt_vars`."""
+    return load_chkpt_vars(path)
+
+
+def save_chkpt_vars(dic: Dict[str, object], path: str) -> None:
+    """Save ``{name: array}`` to ``path``: an ``.npz`` file when the name ends with ``.npz``, else
+    a TF checkpoint with those names (what ``load_chkpt_vars`` and ``SmartInit`` read back).
+
+    Example::
+
+        save_chkpt_vars({'fc/W': w, 'fc/b': b}, 'weights.npz')
+    """
+    arrays = {str(k): np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in dic.items()}
+    if path.endswith(".npz"):
+        tmp = path + ".tmp.npz"   # written whole, then renamed: never a half-written file under the name
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+        return
+    with tf.device("/cpu:0"):
+        names = sorted(arrays)
+        tf.raw_ops.SaveV2(prefix=path, tensor_names=names, shape_and_slices=[""] * len(names),
+                          tensors=[tf.constant(arrays[n]) for n in names])
+
+
+save_checkpoint_vars = save_chkpt_vars
+
+
+def dump_session_params(path: str, trainer=None) -> None:
+    """Save the model's variables, by name, to ``path`` (``.npz``): tensorpack dumped the session's.
+
+    ``trainer``: whose variables (anything with ``named_variables()``: a trainer, a predictor);
+    tensorpack read the default session's, which TF2 does not have.
+    """
+    if trainer is None:
+        raise ValueError("dump_session_params: there is no session in TF2; give the trainer (or a predictor) "
+                         "whose variables to save: dump_session_params(path, trainer).")
+    save_chkpt_vars(trainer.named_variables(), path)
+
+
+SessionUpdate = tf1_only_class(
+    "SessionUpdate", __name__, "there are no sessions to assign variables in",
+    "Load values by name with SmartInit(dict) / DictRestore, or assign them with variable.assign(value).")

@@ -37,7 +37,8 @@ from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..tfutils.tower_func import scalar_cost_error
 from ..utils import logger
 from .steps_per_call import StepsPerCall
-from .stop_signals import InputStallReport, StopSignals, TrainingTerminated
+from .stop_signals import StopSignals, TrainingTerminated, stop_signal_scope
+from .objectives import resolve_objectives
 from .train_function import build_train_function
 from .xla import XlaPolicy, xla_unsupported_ops  # noqa: F401 (xla_unsupported_ops: its old path)
 
@@ -128,6 +129,10 @@ class Trainer:
     # --- building --------------------------------------------------------------------------
     def setup_graph(self, model, input_source: InputSource) -> None:
         """Set up the input, create every variable and the optimizer, trace nothing yet."""
+        with stop_signal_scope(self, setting_up=True):   # a Ctrl-C is raised once set-up ends
+            self._setup_graph(model, input_source)
+
+    def _setup_graph(self, model, input_source: InputSource) -> None:
         self.model = model
         self.strategy = self._make_strategy()
         self.input = input_source
@@ -155,20 +160,21 @@ class Trainer:
                 if not self.trainable_variables:
                     raise ValueError(f"{type(model).__name__} has no trainable variables: build_graph "
                                      "created no layer or variable.")
-                opt = model.get_optimizer()
-                if not isinstance(opt, keras.optimizers.Optimizer):
-                    raise TypeError(f"{type(model).__name__}.optimizer() must return a Keras optimizer; "
-                                    f"got {type(opt).__name__}")
-                if self.precision == "mixed_float16" and not isinstance(opt, keras.optimizers.LossScaleOptimizer):
-                    opt = keras.optimizers.LossScaleOptimizer(opt)
-                opt.build(self.trainable_variables)
-                self.optimizer = opt
+                self.objectives = resolve_objectives(model, model.get_optimizer(), self.tower_func.cost_names,
+                                                     self._named_trainable(), self.precision)
+                self.optimizer = self.objectives[0].optimizer   # the only one, or the first objective's
                 self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         finally:
             keras.mixed_precision.set_global_policy(previous_policy)
+        more = {f"optimizer_{o.name}": o.optimizer for o in self.objectives[1:]}
         self.checkpoint = tf.train.Checkpoint(model=self.model_variables, optimizer=self.optimizer,
-                                              global_step=self.global_step_var, epoch=self.epoch_var)
+                                              global_step=self.global_step_var, epoch=self.epoch_var, **more)
         self.xla.resolve(self)
+        if self.outputs_are_latest and self.xla.use_xla and self.xla.jit_compile != True:  # noqa: E712
+            # its optimizers merge the replicas' gradients inside the step, where XLA cannot go
+            logger.info("XLA off (jit_compile='auto'): the model updates its variables itself (its own "
+                        "train step).")
+            self.xla.use_xla = False
         self._train_fn = self._make_train_function()
         logger.info("Model built: %d trainable variables, %s parameters, %d replica(s).",
                     len(self.trainable_variables),
@@ -205,21 +211,37 @@ class Trainer:
             return self._train_fn(self._steps_tensor(k), *feeds)
         return self.xla.first_call(self, self._steps_tensor(k), feeds)   # trace, check XLA, compile, run
 
+    def _named_trainable(self) -> Dict[str, tf.Variable]:
+        ids = {id(v) for v in self.trainable_variables}
+        return {n: v for n, v in self.model_variables.named_variables().items() if id(v) in ids}
+
+    @property
+    def named_optimizers(self) -> Optional[Dict[str, keras.optimizers.Optimizer]]:
+        """``{objective name: optimizer}`` of a model whose ``optimizer()`` returns Objectives (their
+        state is saved under ``optimizer/<name>/``); None for a model with one optimizer."""
+        if not getattr(self, "objectives", None) or self.objectives[0].implicit:
+            return None
+        return {o.name: o.optimizer for o in self.objectives}
+
+    @property
+    def outputs_are_latest(self) -> bool:
+        """``last_step_outputs`` are the call's last step's statistics (running values of a step
+        that updates itself, e.g. Keras metrics' results), not the call's means."""
+        return bool(getattr(self, "objectives", None)) and not any(o.applied for o in self.objectives)
+
     # --- running ---------------------------------------------------------------------------
     def get_hyperparam_var(self, name: str):
-        """The variable behind a hyper-parameter: the learning rate, or a model variable by name."""
+        """The variable behind a hyper-parameter: the learning rate (``'<objective>/learning_rate'``
+        with several objectives), or a model variable by name."""
+        optimizers = self.named_optimizers
+        head, _, tail = name.rpartition("/")
+        if optimizers and tail in ("learning_rate", "lr") and head in optimizers:
+            return self._learning_rate_of(optimizers[head], name)
         if name in ("learning_rate", "lr"):
-            opt = getattr(self.optimizer, "inner_optimizer", self.optimizer)
-            lr = opt.learning_rate
-            if not hasattr(lr, "assign") and learning_rate_variable(opt) is not None:
-                return learning_rate_variable(opt)  # a tfv1 optimizer's learning-rate variable
-            named = self.named_variables()
-            if not hasattr(lr, "assign") and name in named:
-                return named[name]  # a learning-rate variable of the model (tfv1.get_variable idiom)
-            if not hasattr(lr, "assign"):
-                raise TypeError("The optimizer's learning_rate is a schedule, not a variable; "
-                                "give it a float to let callbacks set it.")
-            return lr
+            if optimizers and len(optimizers) > 1:
+                raise KeyError(f"Hyper-parameter '{name}': the model has several optimizers; name one: "
+                               + ", ".join(f"'{n}/learning_rate'" for n in optimizers) + ".")
+            return self._learning_rate_of(self.optimizer, name)
         named = self.named_variables()
         if name in named:
             return named[name]
@@ -228,6 +250,19 @@ class Trainer:
             return attr
         raise KeyError(f"No hyper-parameter '{name}': use 'learning_rate', a variable name "
                        f"({sorted(named)[:10]}...) or a tf.Variable attribute of the model.")
+
+    def _learning_rate_of(self, optimizer, name: str):
+        opt = getattr(optimizer, "inner_optimizer", optimizer)
+        lr = opt.learning_rate
+        if not hasattr(lr, "assign") and learning_rate_variable(opt) is not None:
+            return learning_rate_variable(opt)  # a tfv1 optimizer's learning-rate variable
+        named = self.named_variables()
+        if not hasattr(lr, "assign") and name in named:
+            return named[name]  # a learning-rate variable of the model (tfv1.get_variable idiom)
+        if not hasattr(lr, "assign"):
+            raise TypeError(f"The learning_rate of the optimizer behind '{name}' is a schedule, not a variable; "
+                            "give it a float to let callbacks set it.")
+        return lr
 
     def named_variables(self) -> Dict[str, tf.Variable]:
         return self.model_variables.named_variables()
@@ -260,6 +295,8 @@ class Trainer:
 
     def run_step_call(self, k: int) -> Dict[str, float]:
         """Run ``k`` training steps in one call; update counters and ``last_step_outputs``."""
+        if self._stop_requested():   # a stop whose exception was lost between calls
+            raise self._stop.exception()
         feeds = self.input.next_feed() if self.input.requires_feed else []
         t0 = time.perf_counter()
         self._call_started = time.monotonic()
@@ -274,13 +311,7 @@ class Trainer:
                 raise
             raise clear from None
         except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as e:
-            if self._stop_requested():
-                self._count_steps_done_in_graph()
-                raise self._stop.exception() from None
-            self.input.raise_pending_error()
-            raise InputSourceError(
-                f"The input of training ({type(self.input).__name__}) was closed while a step waited "
-                "for data.") from e
+            self._raise_for_closed_input(e)
         finally:
             self._call_started = None
         self.steps.update(k, time.perf_counter() - t0)
@@ -302,6 +333,16 @@ class Trainer:
         if self._stop_requested():   # the call finished: its steps are counted, then training stops
             raise self._stop.exception()
         return outs
+
+    def _raise_for_closed_input(self, error: Exception) -> None:
+        """A call failed because its input was closed: a stop signal's doing (its steps are counted,
+        its exception raised), or the input's (its own error, else one that says so)."""
+        if self._stop_requested():
+            self._count_steps_done_in_graph()
+            raise self._stop.exception() from None
+        self.input.raise_pending_error()
+        raise InputSourceError(f"The input of training ({type(self.input).__name__}) was closed while a step "
+                               "waited for data.") from error
 
     def _stop_requested(self) -> bool:
         return self._stop is not None and self._stop.requested
@@ -341,10 +382,17 @@ class Trainer:
         self.max_epoch = int(max_epoch)
         self.epoch_num = self.starting_epoch - 1
         cbs = self._callbacks
-        stop = self._stop = StopSignals(self, self.graceful_sigterm, on_tick=InputStallReport(self))
+        with stop_signal_scope(self) as stop:
+            terminated = self._run_main_loop(stop, cbs)
+        if terminated is not None:
+            logger.info("Exiting with status %d (SIGTERM). Run the same command again to resume "
+                        "(AutoResumeTrainConfig).", terminated.code)
+            raise terminated
+
+    def _run_main_loop(self, stop: StopSignals, cbs) -> Optional[TrainingTerminated]:
         terminated: Optional[TrainingTerminated] = None
         try:
-            stop.__enter__()   # inside the try: an interrupt while installing is undone by finally
+            stop.setting_up = False   # from here on, a Ctrl-C between calls is raised at once
             cbs.before_train()
             for self.epoch_num in range(self.starting_epoch, self.max_epoch + 1):
                 logger.info("Start Epoch %d ...", self.epoch_num)
@@ -372,32 +420,29 @@ class Trainer:
             # a group-wide SIGTERM also ends the DataFlow's workers: part of the same stop
             logger.info("While stopping on SIGTERM: %s: %s", type(e).__name__, e)
             terminated = TrainingTerminated()
+            stop.raised = True
         finally:
             try:
-                stop.__exit__()
                 if terminated is not None:
                     logger.info("SIGTERM: training stopped at global step %d; ending it (callbacks save "
                                 "the last step).", self.global_step)
                 cbs.after_train()
             finally:   # whatever interrupts the above (a second Ctrl-C): no thread or worker is left
-                self._stop = None
                 self.input.close()
-        if terminated is not None:
-            logger.info("Exiting with status %d (SIGTERM). Run the same command again to resume "
-                        "(AutoResumeTrainConfig).", terminated.code)
-            raise terminated
+        return terminated
 
     def train(self, callbacks: Sequence[Callback], monitors: Sequence[Callback],
               session_init: Optional[SessionInit], steps_per_epoch: int, starting_epoch: int,
               max_epoch: int) -> None:
         """Set up callbacks, load weights, and run the main loop (the model must be set up)."""
-        try:
-            self.setup_callbacks(callbacks, monitors)
-            self.initialize(session_init)
-        except BaseException:
-            self.input.close()
-            raise
-        self.main_loop(steps_per_epoch, starting_epoch, max_epoch)
+        with stop_signal_scope(self, setting_up=True):   # a Ctrl-C while loading is raised before step 1
+            try:
+                self.setup_callbacks(callbacks, monitors)
+                self.initialize(session_init)
+            except BaseException:
+                self.input.close()
+                raise
+            self.main_loop(steps_per_epoch, starting_epoch, max_epoch)
 
     def train_with_defaults(self, callbacks: Optional[Sequence[Callback]] = None,
                             monitors: Optional[Sequence[Callback]] = None, session_creator=None,

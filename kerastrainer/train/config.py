@@ -1,7 +1,6 @@
 """TrainConfig and AutoResumeTrainConfig: everything a training run needs, in one object."""
 from __future__ import annotations
 
-import numbers
 import os
 from typing import Optional, Sequence
 
@@ -11,6 +10,7 @@ from ..dataflow.base import check_dataflow
 from ..input_source.base import InputSource
 from ..tfutils.sessinit import SmartInit
 from ..utils import logger
+from ..utils.casting import whole_number
 from .base import Trainer
 from .model_desc import ModelDescBase
 
@@ -96,9 +96,7 @@ class TrainConfig:
 
 def _whole(name: str, value) -> int:
     """``value`` as an int; a float that is not a whole number (2.5 steps) is an error, not truncated."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value:
-        raise ValueError(f"{name} must be a whole number; got {value!r}.")
-    return int(value)
+    return whole_number(value, f"TrainConfig({name}=...)")
 
 
 class AutoResumeTrainConfig(TrainConfig):

@@ -10,8 +10,10 @@ from ..input_source.staging import StagingInput
 from ..tfutils.extensions import launch_contexts
 from ..utils import logger
 from ..utils.devices import get_num_gpu
+from ..utils.interrupt import keep_interrupts_from_finalizers
 from .base import Trainer
 from .config import TrainConfig, resolve_steps_per_epoch
+from .stop_signals import stop_signal_scope
 
 __all__ = ["launch_train_with_config", "apply_default_input", "staged_on_gpus"]
 
@@ -41,7 +43,11 @@ def launch_train_with_config(config: TrainConfig, trainer: Trainer) -> Trainer:
         launch_train_with_config(TrainConfig(model=M(), dataflow=df, max_epoch=5), SimpleTrainer())
     """
     config.check_launchable(trainer)
-    with launch_contexts():  # compat: tensorpack programs may train inside `with tf.Graph().as_default()`
+    # from set-up on, a Ctrl-C swallowed by a finalizer is sent again (the trainer's loop installs
+    # its own handler later)
+    keep_interrupts_from_finalizers()
+    # compat: tensorpack programs may train inside `with tf.Graph().as_default()`
+    with launch_contexts(), stop_signal_scope(trainer, setting_up=True):
         return _launch(config, trainer)
 
 

@@ -85,8 +85,9 @@ class _SyncedWorkersMixin:
     # every trainable, optimizer and counter variable: what a checkpoint holds
     def _state_variables(self) -> List:
         seen, out = set(), []
-        groups = [self.model_variables.all_variables, list(getattr(self.optimizer, "variables", [])),
-                  [self.global_step_var, self.epoch_var]]
+        optimizers = [o.optimizer for o in getattr(self, "objectives", [])] or [self.optimizer]
+        groups = [self.model_variables.all_variables] + [list(getattr(o, "variables", [])) for o in optimizers] + \
+            [[self.global_step_var, self.epoch_var]]
         for v in (v for g in groups for v in g):
             if id(v) not in seen:
                 seen.add(id(v))

@@ -1,12 +1,15 @@
-"""What a helper thread watches during a trainer's main loop: Ctrl-C and SIGTERM, and input
-that stalls. One concern, out of the Trainer.
+"""Ctrl-C and SIGTERM during a training, from set-up to clean-up, and input that stalls: what a
+helper thread watches. One concern, out of the Trainer.
 
 What the user sees:
 
-- Ctrl-C (SIGINT) during a call of the train function: the call ends (a step waiting for
-  input is released at once), its steps are counted, the callbacks' ``after_train`` runs
-  (``ModelSaver`` saves), and ``KeyboardInterrupt`` propagates. Between calls: at once,
-  still through ``after_train``. A second Ctrl-C stops at once.
+- Ctrl-C (SIGINT) during set-up (building, tracing, loading weights): set-up finishes, then
+  training stops before its first step, through the callbacks' ``after_train``. A second
+  Ctrl-C stops at once.
+- During a call of the train function: the call ends (a step waiting for input is released
+  at once), its steps are counted, ``after_train`` runs (``ModelSaver`` saves), and
+  ``KeyboardInterrupt`` propagates. Between calls: at once, still through ``after_train``.
+  A second Ctrl-C stops at once.
 - SIGTERM (preemption, ``kill``), on single-process trainers: the same, ending in
   :class:`TrainingTerminated` (exit status 143).
 
@@ -15,40 +18,48 @@ How, and the races it closes:
 - The C-level handler writes the signal to a wakeup fd; :class:`SignalWatcher`'s thread
   reads it and cancels the trainer's input, so a step blocked in TensorFlow fails at once.
   The Python handler (``_handle``) only runs when the main thread is back in Python.
-- The watcher records the stop too: if the Python handler's exception is lost (raised
-  inside a finalizer, where Python ignores exceptions) the trainer still stops after the
-  call (``requested``). (:func:`keep_interrupts_from_finalizers`, which sends such a signal
+- Both the Python handler and the watcher record the stop before anything is raised: if
+  the handler's exception is lost (raised inside a finalizer, where Python ignores
+  exceptions) the trainer still stops before or after its next call, or at the end of the
+  scope (``requested``). (:func:`keep_interrupts_from_finalizers`, which sends such a signal
   again for other code, leaves the trainer's handler alone.)
-- The handlers are installed inside the main loop's ``try`` and restored first thing in
-  its ``finally``, and only where they are still ours, so an interrupt during set-up or
-  clean-up never leaves a dead trainer's handler installed for the rest of the process.
-  A handler left by an earlier trainer of this process (one whose loop ended abnormally)
-  is taken over; a handler the program installed itself is left alone, with a warning that
-  Ctrl-C then cannot release a step waiting for input.
+- Nothing is raised during set-up: a KeyboardInterrupt inside TensorFlow's tracing can leave
+  a context manager half entered, and TF then fails with an unrelated error.
+- :func:`stop_signal_scope` installs the handlers inside its ``try`` and restores them in its
+  ``finally``, only where they are still ours, so an interrupt during set-up or clean-up
+  never leaves a dead trainer's handler installed for the rest of the process. A handler
+  left by an earlier trainer of this process (one whose scope ended abnormally) is taken
+  over; a handler the program installed itself is left alone, with a warning that Ctrl-C
+  then cannot release a step waiting for input; an ignored SIGINT (``nohup``) stays ignored.
 
 A stalled input is reported by :class:`InputStallReport`, which the same thread calls about
 once a second: a call that has waited ``trainer.stall_report_seconds`` on an empty input is
 logged, with the DataFlow's worker processes and their state, and again as often.
 
-Example (what ``Trainer.main_loop`` does)::
+Example (what ``launch_train_with_config`` and ``Trainer.main_loop`` do)::
 
-    with StopSignals(trainer, graceful_sigterm=True, on_tick=InputStallReport(trainer)) as stop:
-        while ...:
-            trainer.run_step_call(k)       # raises stop.exception() when stop.requested
+    with stop_signal_scope(trainer, setting_up=True):
+        trainer.setup_graph(model, input)
+        with stop_signal_scope(trainer) as stop:    # the same StopSignals
+            stop.setting_up = False
+            while ...:
+                trainer.run_step_call(k)       # raises stop.exception() when stop.requested
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
 import time
 import weakref
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Iterator, Optional
 
 from ..utils import logger
 from ..utils.concurrency import describe_child_processes
 from ..utils.interrupt import SignalWatcher, keep_interrupts_from_finalizers, register_stop_exception
 
-__all__ = ["StopSignals", "TrainingTerminated", "InputStallReport"]
+__all__ = ["StopSignals", "TrainingTerminated", "InputStallReport", "stop_signal_scope"]
 
 
 class TrainingTerminated(SystemExit):
@@ -76,10 +87,17 @@ class StopSignals:
     # (re-sent, it would interrupt the callbacks' after_train of the stop it already caused)
     records_stop_signals = True
 
-    def __init__(self, trainer, graceful_sigterm: bool = True, on_tick: Optional[Callable[[], None]] = None):
+    def __init__(self, trainer, graceful_sigterm: bool = True, on_tick: Optional[Callable[[], None]] = None,
+                 setting_up: bool = False):
         self.trainer = trainer
         self.graceful_sigterm = graceful_sigterm
+        # during set-up the first signal is recorded, not raised: raised inside TensorFlow's tracing it
+        # can leave a context manager entered (TF then fails with "Exiting variable_creator_scope
+        # without proper nesting" instead of the KeyboardInterrupt); the first call raises it
+        self.setting_up = setting_up
+        self.raised = False                  # the stop's exception was raised (by the handler or the trainer)
         self.signum: Optional[int] = None    # the stop signal that came
+        self.seen = False                    # the Python handler ran (its exception may have been lost)
         self.interrupted = False             # the Python handler ran during a call: stop after it
         self.cancelled = False               # the watcher cancelled the input to end a blocked wait
         self._own: Dict[int, object] = {}    # signal -> the handler ours replaced
@@ -106,7 +124,8 @@ class StopSignals:
             old = signal.getsignal(signum)
             stale = _stale_handler(old)
             if old is not default and not stale:
-                if signum == signal.SIGINT:
+                # SIG_IGN: ignored on purpose by whoever started the process (nohup, a background job)
+                if signum == signal.SIGINT and old is not signal.SIG_IGN:
                     logger.warning("SIGINT has the program's own handler (%r): Ctrl-C is left to it, and it "
                                    "cannot release a step waiting for input (it runs once the step returns).",
                                    old)
@@ -126,15 +145,25 @@ class StopSignals:
     @property
     def requested(self) -> bool:
         """A stop signal came (seen by the Python handler or by the watcher)."""
-        return self.interrupted or self.cancelled
+        return self.seen or self.cancelled
 
     def exception(self) -> BaseException:
+        """The exception the stop ends in (the caller raises it)."""
+        self.raised = True
         return TrainingTerminated() if self.signum == signal.SIGTERM else KeyboardInterrupt()
 
     def _handle(self, signum, frame):
         """The Python handler (main thread)."""
         if self.signum is None:   # (the watcher thread may have seen it first)
             self.signum = signum
+        # recorded before anything is raised: raised inside a finalizer, the exception is lost, and
+        # the trainer still stops at its next check (before and after every call)
+        first = not self.seen
+        self.seen = True
+        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        if self.setting_up and first:
+            logger.info("%s: stopping once set-up ends (press again to stop at once).", name)
+            return
         if self.trainer._call_started is not None and not self.interrupted:
             self.interrupted = True
             if signum == signal.SIGTERM:
@@ -142,7 +171,8 @@ class StopSignals:
             else:
                 logger.info("Ctrl-C: stopping after the current call (press again to stop at once).")
             return
-        # outside a call, or a second signal: at once, still through the callbacks' after_train
+        # outside a call, or a second signal: at once, still through the callbacks' after_train (not
+        # marked raised: if a finalizer swallows it, the trainer raises it at its next check)
         raise TrainingTerminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     def _on_watcher_signal(self, signum: int) -> None:
@@ -152,8 +182,52 @@ class StopSignals:
         if self.signum is None:
             self.signum = signum
         self.cancelled = True
-        if self.trainer.input is not None:
+        if self.trainer.input is not None and not self.setting_up:   # (no call waits during set-up)
             self.trainer.input.cancel()
+
+
+@contextlib.contextmanager
+def stop_signal_scope(trainer, setting_up: bool = False) -> Iterator[StopSignals]:
+    """``trainer``'s :class:`StopSignals` for the scope (``trainer._stop``): the enclosing one where
+    a scope is open already (launch, then set-up, then the main loop nest), else a new one, whose
+    handlers are restored at its end. A stop that came in the scope and whose exception was never
+    raised (lost in a finalizer, or it came after the last call) is raised at the outermost end.
+
+    ``setting_up``: a new scope starts in set-up, where the first signal is only recorded."""
+    if trainer._stop is not None:
+        yield trainer._stop
+        return
+    stop = None
+    try:
+        stop = trainer._stop = StopSignals(trainer, trainer.graceful_sigterm, on_tick=InputStallReport(trainer),
+                                           setting_up=setting_up)
+        stop.__enter__()
+        yield stop
+    finally:
+        try:
+            if stop is not None:
+                stop.__exit__()
+        finally:
+            trainer._stop = None
+    if stop.requested and not stop.raised:
+        raise stop.exception()
+
+
+def _handlers_back_in_a_forked_child() -> None:
+    """A process forked while a trainer handles the signals (DataFlow workers started during
+    set-up or training) starts with the handlers the trainer replaced: a worker must die on the
+    SIGTERM its runner sends at clean-up, not log "stopping" and live on."""
+    for stop in list(_ACTIVE):
+        for signum, old in stop._own.items():
+            try:
+                signal.signal(signum, old)
+            except (ValueError, OSError):
+                pass
+        stop._own = {}
+    _ACTIVE.clear()
+
+
+os.register_at_fork(after_in_child=_handlers_back_in_a_forked_child)
 
 
 def _stale_handler(handler) -> bool:

@@ -16,6 +16,8 @@ Example (what ``Trainer`` does)::
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 from typing import Dict, List, Tuple
 
 import keras
@@ -49,18 +51,18 @@ def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunc
     """The multi-step train function of ``trainer`` (set up) and the names of its outputs."""
     strategy = trainer.strategy
     num_replicas = trainer.num_replicas
-    opt = trainer.optimizer
-    variables = trainer.trainable_variables
+    objectives = trainer.objectives
     tower = trainer.tower_func
     source = trainer.input
     summary_names = list(tower.summary_names)
     # The trainer reports the returned cost as 'cost'. A moving summary the tower itself
     # names 'cost' (tensorpack programs often add_moving_summary the cost they return) is
     # reported under that name instead, as in tensorpack; the trainer's own then goes under
-    # '_cost' (hidden from the monitors, still checked for NaN).
-    cost_key = "_cost" if "cost" in summary_names else "cost"
+    # '_cost' (hidden from the monitors, still checked for NaN). Several costs (objectives):
+    # each under its key, alike.
+    cost_names = [None] if tower.cost_names is None else list(tower.cost_names)
+    cost_keys = {c: ("_" if (c or "cost") in summary_names else "") + (c or "cost") for c in cost_names}
     histogram_names = list(tower.histogram_names)
-    loss_scale = isinstance(opt, keras.optimizers.LossScaleOptimizer)
     scale = 1.0 / num_replicas if trainer.average else 1.0
     # XLA region: never the input's dequeue (queue and iterator ops have no XLA kernel);
     # the update too where it has no all-reduce (see _xla_region)
@@ -69,62 +71,113 @@ def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunc
     # a merge_call, which cannot run inside a nested function: with XLA on the tower only,
     # its Keras-variable updates are collected in the cluster and applied after it.
     defer = trainer.xla_region == "forward_backward"
-    deferred: Dict[int, list] = {}  # replica -> the Keras variables its tower updates
 
-    def forward_backward(*inputs):
-        rid = current_replica_index()
-        updates = _DeferredUpdates() if defer else contextlib.nullcontext()
-        with tf.GradientTape() as tape, updates:
-            cost, ctx = tower(*inputs, name=f"tower{rid}", is_training=True, index=rid, total=num_replicas)
-            cost32 = tf.cast(cost, tf.float32)
-            loss = cost32 * scale
-            if loss_scale:
-                loss = opt.scale_loss(loss)
-        grads = tape.gradient(loss, variables)
-        # NaN/Inf in the input can leave the cost finite (max(NaN, 0) is 0 on some kernels) and
-        # still poison the gradients: the non-finite check looks at both
-        finite = [tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None]
-        outs = {cost_key: cost32,
-                NONFINITE_GRADS: 1.0 - tf.cast(tf.reduce_all(finite) if finite else True, tf.float32)}
-        for n in summary_names:
-            # only the main tower records summaries; the others add zeros to the sum
-            outs[n] = tf.cast(ctx.moving_summaries[n], tf.float32) if n in ctx.moving_summaries \
-                else tf.constant(0.0)
-        hists = {n: ctx.tensor_summaries.get(n, tf.zeros([0])) for n in histogram_names}
-        new_values = []
-        if defer:
-            deferred[rid] = [v for v, _ in updates.updates.values()]
-            new_values = [value for _, value in updates.updates.values()]
-        return grads, outs, hists, new_values
+    def make_pass(pass_objectives):
+        """One forward pass of one replica's tower and the updates of ``pass_objectives`` from it."""
+        deferred: Dict[int, list] = {}  # replica -> the Keras variables its tower updates
 
-    def update(grads):
-        pairs = [(g, v) for g, v in zip(trainer._reduce_gradients(list(grads)), variables) if g is not None]
-        if not pairs:
-            raise ValueError("No gradient flows from the cost to any trainable variable.")
-        opt.apply_gradients(pairs)
+        def forward_backward(*inputs):
+            rid = current_replica_index()
+            updates = _DeferredUpdates() if defer else contextlib.nullcontext()
+            with tf.GradientTape(persistent=len(pass_objectives) > 1) as tape, updates:
+                costs, ctx = tower(*inputs, name=f"tower{rid}", is_training=True, index=rid, total=num_replicas)
+                costs = {None: costs} if tower.cost_names is None else costs
+                costs32 = {c: tf.cast(costs[c], tf.float32) for c in cost_names}
+                losses = []
+                for o in pass_objectives:
+                    loss = costs32[o.cost] * scale
+                    losses.append(o.optimizer.scale_loss(loss) if o.loss_scaled else loss)
+            grads = [tape.gradient(loss, o.variables) for loss, o in zip(losses, pass_objectives)]
+            del tape
+            # NaN/Inf in the input can leave the cost finite (max(NaN, 0) is 0 on some kernels) and
+            # still poison the gradients: the non-finite check looks at both
+            finite = [tf.reduce_all(tf.math.is_finite(g)) for gs in grads for g in gs if g is not None]
+            outs = {cost_keys[c]: costs32[c] for c in cost_names}
+            outs[NONFINITE_GRADS] = 1.0 - tf.cast(tf.reduce_all(finite) if finite else True, tf.float32)
+            for n in summary_names:
+                # only the main tower records summaries; the others add zeros to the sum
+                outs[n] = tf.cast(ctx.moving_summaries[n], tf.float32) if n in ctx.moving_summaries \
+                    else tf.constant(0.0)
+            hists = {n: ctx.tensor_summaries.get(n, tf.zeros([0])) for n in histogram_names}
+            new_values = []
+            if defer:
+                deferred[rid] = [v for v, _ in updates.updates.values()]
+                new_values = [value for _, value in updates.updates.values()]
+            return grads, outs, hists, new_values
 
-    def whole_step(*inputs):
-        grads, outs, hists, new_values = forward_backward(*inputs)
-        for v, value in zip(deferred.get(current_replica_index(), []), new_values):
-            v.assign(value)
-        update(grads)
-        return outs, hists
+        def update(grads_per_objective):
+            for o, grads in zip(pass_objectives, grads_per_objective):
+                pairs = [(g, v) for g, v in zip(trainer._reduce_gradients(list(grads)), o.variables)
+                         if g is not None]
+                if not pairs:
+                    raise ValueError("No gradient flows from the cost to any trainable variable." if o.implicit
+                                     else f"Objective '{o.name}': no gradient flows from cost '{o.cost}' to any "
+                                          "of its variables.")
+                o.optimizer.apply_gradients(pairs)
 
-    if trainer.xla_region == "step":
-        whole_step = tf.function(whole_step, jit_compile=True)
-    elif trainer.xla_region == "forward_backward":
-        forward_backward = tf.function(forward_backward, jit_compile=True)
+        if trainer.xla_region == "forward_backward":
+            forward_backward = tf.function(forward_backward, jit_compile=True)
 
-    def replica_step(*feeds):
-        inputs = list(feeds) if source.requires_feed else source.get_input_tensors()
-        return whole_step(*inputs)
+        def run_pass(*inputs):
+            grads, outs, hists, new_values = forward_backward(*inputs)
+            for v, value in zip(deferred.get(current_replica_index(), []), new_values):
+                v.assign(value)
+            update(grads)
+            return outs, hists
+
+        return run_pass
+
+    def make_whole_step(due: Tuple[int, ...]):
+        """One step of one replica, updating the objectives of indices ``due``: first the extra
+        updates of objectives with ``repeat > 1`` (each from a pass of its own, in order), then
+        one pass for every due objective, whose statistics are the step's."""
+        due_objectives = [objectives[i] for i in due if objectives[i].applied]
+        extra_passes = [make_pass([o]) for o in due_objectives for _ in range(o.repeat - 1)]
+        main_pass = make_pass(due_objectives)
+
+        def whole_step(*inputs):
+            for extra in extra_passes:   # (its updates come before the next pass's reads: TF orders them)
+                extra(*inputs)
+            return main_pass(*inputs)
+
+        if trainer.xla_region == "step":
+            whole_step = tf.function(whole_step, jit_compile=True)
+
+        def replica_step(*feeds):
+            inputs = list(feeds) if source.requires_feed else source.get_input_tensors()
+            return whole_step(*inputs)
+
+        return replica_step
 
     mean, total = tf.distribute.ReduceOp.MEAN, tf.distribute.ReduceOp.SUM
+    # a tower that updates itself (a Keras train_step) returns running statistics (Keras metrics'
+    # results): a call reports its last step's, not their mean
+    latest = not any(o.applied for o in objectives)
+    acc_names = list(cost_keys.values()) + summary_names
+    mean_names = set(cost_keys.values())
+
+    def one_step(replica_step, feeds):
+        """Run one step on every replica; its reduced outputs, non-finite flags and histograms."""
+        # Keras keeps its random-seed state per thread, and replicas trace in threads of their own
+        per_replica, per_replica_hist = strategy.run(with_keras_random_state(replica_step), args=feeds)
+        step = {n: strategy.reduce(mean if n in mean_names else total, per_replica[n], axis=None)
+                for n in acc_names}
+        hist = {n: strategy.experimental_local_results(per_replica_hist[n])[0] for n in histogram_names}
+        bad = tf.logical_not(tf.reduce_all([tf.math.is_finite(step[k]) for k in mean_names]))
+        bad_grads = strategy.reduce(total, per_replica[NONFINITE_GRADS], axis=None) > 0
+        return step, hist, bad, bad_grads
+
+    # objectives updated every n-th step: the steps of one period, grouped by what they update
+    period = math.lcm(*[o.every for o in objectives])
+    due_at = [tuple(i for i, o in enumerate(objectives) if r % o.every == 0) for r in range(period)]
+    due_sets = sorted(set(due_at), key=due_at.index)
+    replica_steps = [make_whole_step(d) for d in due_sets]
+    branch_of_residue = tf.constant([due_sets.index(d) for d in due_at], tf.int32)
 
     global_step = trainer.global_step_var
 
     def train_calls(k, *feeds):
-        acc = {n: tf.constant(0.0) for n in [cost_key] + summary_names}
+        acc = {n: tf.constant(0.0) for n in acc_names}
         first_bad = tf.constant(-1, tf.int64)
         first_bad_grads = tf.constant(-1, tf.int64)
         # histograms (vectors) and images (NHWC) of the call's last step, from the main
@@ -132,23 +185,23 @@ def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunc
         hist = {n: tf.compat.v1.placeholder_with_default(tf.zeros([0]), shape=None)
                 for n in histogram_names}
         for i in tf.range(k):
-            # Keras keeps its random-seed state per thread, and replicas trace in threads of their own
-            per_replica, per_replica_hist = strategy.run(with_keras_random_state(replica_step), args=feeds)
+            if len(replica_steps) == 1:
+                step, hist, bad, bad_grads = one_step(replica_steps[0], feeds)
+            else:
+                residue = tf.cast(tf.math.floormod(tf.cast(global_step, tf.int64), period), tf.int32)
+                step, hist, bad, bad_grads = tf.switch_case(
+                    tf.gather(branch_of_residue, residue),
+                    [functools.partial(one_step, fn, feeds) for fn in replica_steps])
             global_step.assign_add(1)
-            step = {n: strategy.reduce(mean if n == cost_key else total, per_replica[n], axis=None)
-                    for n in acc}
-            acc = {n: acc[n] + step[n] for n in acc}
-            hist = {n: strategy.experimental_local_results(per_replica_hist[n])[0] for n in histogram_names}
-            bad = tf.logical_not(tf.math.is_finite(step[cost_key]))
-            bad_grads = strategy.reduce(total, per_replica[NONFINITE_GRADS], axis=None) > 0
+            acc = {n: step[n] if latest else acc[n] + step[n] for n in acc}
             first_bad = tf.where(tf.logical_and(first_bad < 0, tf.logical_or(bad, bad_grads)),
                                  tf.cast(i, tf.int64), first_bad)
             first_bad_grads = tf.where(tf.logical_and(first_bad_grads < 0, bad_grads), tf.cast(i, tf.int64),
                                        first_bad_grads)
-        kf = tf.cast(k, tf.float32)
+        kf = tf.constant(1.0) if latest else tf.cast(k, tf.float32)
         # one vector, so the host fetches the call's outputs in one transfer
         packed = tf.stack([acc[n] / kf for n in acc] + [tf.cast(first_bad_grads, tf.float32),
                                                          tf.cast(first_bad, tf.float32)])
         return packed, hist
 
-    return tf.function(train_calls), [cost_key] + summary_names
+    return tf.function(train_calls), acc_names

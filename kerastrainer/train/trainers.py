@@ -9,11 +9,16 @@ import tensorflow as tf
 from ..input_source.base import InputSource
 from ..utils import logger
 from ..utils.devices import training_devices
+from ..utils.tf1_only import tf1_only_class
 from .base import Trainer
+from .horovod import HorovodTrainer  # noqa: F401 (tensorpack's path of it)
+from .interface import launch_train_with_config
 from .model_desc import ModelDesc
 
 __all__ = ["SimpleTrainer", "SyncMultiGPUTrainerReplicated", "SyncMultiGPUTrainerParameterServer",
-           "SyncMultiGPUTrainer", "NoOpTrainer"]
+           "SyncMultiGPUTrainer", "NoOpTrainer", "QueueInputTrainer", "HorovodTrainer",
+           "AsyncMultiGPUTrainer", "DistributedTrainerParameterServer", "DistributedTrainerReplicated",
+           "BytePSTrainer"]
 
 
 class SimpleTrainer(Trainer):
@@ -228,3 +233,34 @@ class NoOpTrainer(SimpleTrainer):
         self.last_call_steps = k
         self.last_step_outputs = {"_nonfinite_step": -1}
         return self.last_step_outputs
+
+
+def QueueInputTrainer(config, input_queue=None):  # noqa: N802 (tensorpack's name)
+    """tensorpack's deprecated single-device trainer on a queue: :class:`SimpleTrainer` training
+    ``config`` with its data fed through ``QueueInput`` (``input_queue``: tensorpack's own queue
+    object, which TF2 does not have, is refused). Returns the trained trainer.
+
+    Example::
+
+        QueueInputTrainer(TrainConfig(model=Model(), dataflow=df, max_epoch=5))
+    """
+    if input_queue is not None:
+        raise ValueError("QueueInputTrainer(input_queue=...): TF1 queues do not exist in TF2; leave it out "
+                         "(QueueInput makes its own queue).")
+    return launch_train_with_config(config, SimpleTrainer())
+
+
+_PS_ADVICE = ("For several GPUs in one process use SyncMultiGPUTrainerReplicated (or "
+              "SyncMultiGPUTrainerParameterServer); for several processes or hosts, MultiWorkerTrainer or "
+              "HorovodTrainer (docs/multi-node.md).")
+AsyncMultiGPUTrainer = tf1_only_class(
+    "AsyncMultiGPUTrainer", __name__, "asynchronous updates from several towers have no tf.distribute equivalent",
+    "Use SyncMultiGPUTrainerReplicated: every tower's gradients averaged each step.")
+DistributedTrainerParameterServer = tf1_only_class(
+    "DistributedTrainerParameterServer", __name__, "TF1's distributed parameter-server sessions do not exist",
+    _PS_ADVICE)
+DistributedTrainerReplicated = tf1_only_class(
+    "DistributedTrainerReplicated", __name__, "TF1's distributed replicated sessions do not exist", _PS_ADVICE)
+BytePSTrainer = tf1_only_class(
+    "BytePSTrainer", __name__, "BytePS does not build for TensorFlow 2.21",
+    "Use HorovodTrainer or MultiWorkerTrainer (docs/multi-node.md).")

@@ -10,14 +10,21 @@ Example::
 
     check_cast_keeps_values(labels, np.dtype('int32'), "input 'label'")
     labels = labels.astype('int32')
+
+The same rule for a single argument: :func:`whole_number` takes a count (``max_to_keep=3``,
+``num_proc=np.int64(4)``, ``3.0``) as an int, and raises for ``2.7``, ``"3"`` or ``True``
+instead of truncating them with ``int()``.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple, Type
+import math
+import numbers
+import operator
+from typing import Any, Optional, Tuple, Type
 
 import numpy as np
 
-__all__ = ["check_cast_keeps_values", "cast_exactly"]
+__all__ = ["check_cast_keeps_values", "cast_exactly", "whole_number"]
 
 
 def _cast_limit(src: np.dtype, dst: np.dtype) -> Optional[Tuple[float, float]]:
@@ -80,3 +87,29 @@ def cast_exactly(value, want, what: str, error: Type[Exception] = ValueError) ->
         check_cast_keeps_values(arr, want, what, error)
         arr = arr.astype(want)
     return arr
+
+
+def whole_number(value: Any, what: str, minimum: Optional[int] = None) -> int:
+    """``value`` as a Python int, never truncated, or an error naming ``what``.
+
+    Accepted: ints and numpy integers, and floats that are whole (``3.0``). A float with a
+    fractional part (``2.7``), NaN or infinity is a ValueError; a bool, a string or any
+    other type is a TypeError (``int("3")`` and ``int(True)`` would pass silently). With
+    ``minimum``, a smaller value is a ValueError too. ``what`` names the argument, e.g.
+    ``"ModelSaver(max_to_keep=...)"``.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be a whole number, got the bool {value!r}; pass an int.")
+    try:
+        out = operator.index(value)   # int, numpy integers, 0-d integer arrays
+    except TypeError:
+        if not isinstance(value, numbers.Real):
+            raise TypeError(f"{what} must be a whole number, got {value!r} of type {type(value).__name__}; "
+                            "pass an int.") from None
+        if not math.isfinite(value) or int(value) != value:
+            raise ValueError(f"{what} must be a whole number, got {value!r}; it is not truncated, "
+                             "pass an int.") from None
+        out = int(value)
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value!r}.")
+    return out

@@ -29,8 +29,9 @@ import threading
 import time
 from typing import Iterable, Optional
 
-__all__ = ["enable_death_signal", "die_with_parent", "start_parent_watchdog", "describe_exitcode",
-           "stop_processes", "StoppableThread", "mp_fork_context", "opencv_threads_idle"]
+__all__ = ["join_thread", "enable_death_signal", "die_with_parent", "start_parent_watchdog", "describe_exitcode",
+           "stop_processes", "StoppableThread", "mp_fork_context", "opencv_threads_idle",
+           "LoopThread", "ShareSessionThread", "ensure_proc_terminate", "start_proc_mask_signal", "mask_sigint"]
 
 _PR_SET_PDEATHSIG = 1
 _libc = None
@@ -132,6 +133,24 @@ def stop_processes(procs: Iterable, timeout: float = 1.0) -> None:
             p.join(timeout)
 
 
+def join_thread(thread: threading.Thread, timeout: float) -> None:
+    """``thread.join(timeout)``, also for a thread whose ``start()`` was interrupted (a Ctrl-C
+    while ``start()`` waited for it to begin): ``join`` then raises RuntimeError although the
+    thread may be running. It is waited for up to ``timeout`` too; one never started is left."""
+    start = time.monotonic()
+    deadline = start + timeout
+    while True:
+        try:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            return
+        except RuntimeError:   # not started yet, as far as join can tell
+            now = time.monotonic()
+            # a thread that runs has its ident at once; none after a moment: it never started
+            if now >= deadline or (thread.ident is None and now - start > 0.2):
+                return
+            time.sleep(0.01)
+
+
 class StoppableThread(threading.Thread):
     """A daemon thread with a stop event; its loop should check ``self.stopped()``.
 
@@ -225,3 +244,143 @@ def describe_child_processes() -> str:
         except Exception:
             parts.append(f"pid {p.pid} (gone)")
     return ", ".join(parts) if parts else "none"
+
+
+class LoopThread(StoppableThread):
+    """A daemon thread that calls ``func()`` in a loop until :meth:`stop`; with ``pausable``,
+    :meth:`pause` / :meth:`resume` hold it between calls (tensorpack's ``LoopThread``).
+
+    Example::
+
+        t = LoopThread(lambda: q.put(produce()))
+        t.start(); ...; t.stop()
+    """
+
+    def __init__(self, func, pausable: bool = True):
+        super().__init__()
+        self.daemon = True
+        self._func = func
+        self._pausable = pausable
+        self._running = threading.Event()
+        self._running.set()
+
+    def run(self):
+        while not self.stopped():
+            if self._pausable:
+                while not self._running.wait(0.1):
+                    if self.stopped():
+                        return
+            self._func()
+
+    def pause(self) -> None:
+        if not self._pausable:
+            raise RuntimeError("LoopThread(pausable=False) cannot pause")
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+
+_SHARE_SESSION_WARNED = False
+
+
+class ShareSessionThread(threading.Thread):
+    """tensorpack ran ``th`` inside the trainer's default TF1 session. TF2 has no session and eager
+    ops run in any thread, so this runs the thread as it is (warned once).
+
+    Example::
+
+        ShareSessionThread(threading.Thread(target=predict_loop)).start()
+    """
+
+    __tensorpack_status__ = ("warns", "runs the thread as is: TF2 has no session to share (warned)")
+
+    def __init__(self, th: Optional[threading.Thread] = None):
+        super().__init__()
+        if th is not None:
+            if not isinstance(th, threading.Thread):
+                raise TypeError(f"ShareSessionThread: th must be a threading.Thread, got {type(th).__name__}")
+            self._th = th
+            self.name = th.name
+            self.daemon = th.daemon
+        global _SHARE_SESSION_WARNED
+        if not _SHARE_SESSION_WARNED:
+            _SHARE_SESSION_WARNED = True
+            from . import logger
+            logger.warning("ShareSessionThread: TF2 has no session to share; the thread runs as it is "
+                           "(eager TensorFlow works from any thread).")
+
+    def start(self):
+        if getattr(self, "_th", None) is not None:
+            self._th.start()
+        else:
+            super().start()
+
+    def join(self, timeout=None):
+        if getattr(self, "_th", None) is not None:
+            return self._th.join(timeout)
+        return super().join(timeout)
+
+    def is_alive(self) -> bool:
+        th = getattr(self, "_th", None)
+        return th.is_alive() if th is not None else super().is_alive()
+
+
+def ensure_proc_terminate(proc) -> None:
+    """Make sure ``proc`` (a ``multiprocessing.Process``, or a list) is terminated when this
+    process exits (``atexit``).
+
+    Example::
+
+        p = mp.Process(target=work); ensure_proc_terminate(p); p.start()
+    """
+    import atexit
+    import multiprocessing as mp
+    import weakref
+    if isinstance(proc, (list, tuple)):
+        for p in proc:
+            ensure_proc_terminate(p)
+        return
+    if not isinstance(proc, mp.process.BaseProcess):
+        raise TypeError(f"ensure_proc_terminate: {type(proc).__name__} is not a multiprocessing.Process")
+
+    def stop(ref):
+        p = ref()
+        if p is None or p.pid is None or not p.is_alive():  # gone, or never started
+            return
+        p.terminate()
+        p.join(1.0)
+
+    atexit.register(stop, weakref.ref(proc))
+
+
+@contextlib.contextmanager
+def mask_sigint():
+    """In the main thread: ignore SIGINT inside the block (children started there inherit it), and
+    restore the handler after. Elsewhere a no-op (signals belong to the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield True
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def start_proc_mask_signal(proc) -> None:
+    """Start ``proc`` (one or a list of processes or threads) with SIGINT ignored in the
+    processes, so that Ctrl-C reaches only this process.
+
+    Example::
+
+        start_proc_mask_signal([mp.Process(target=work, daemon=True)])
+    """
+    import multiprocessing as mp
+    procs = proc if isinstance(proc, (list, tuple)) else [proc]
+    for p in procs:
+        if isinstance(p, mp.process.BaseProcess):
+            with mask_sigint():
+                p.start()
+        else:
+            p.start()

@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import _thread
+import os
 import queue
 import select
 import signal
@@ -107,6 +108,23 @@ def keep_interrupts_from_finalizers() -> None:
     sys.unraisablehook = _unraisable_hook
 
 
+_WATCHING = [False]   # a SignalWatcher of this process has the wakeup fd
+
+
+def _no_wakeup_fd_in_a_forked_child() -> None:
+    # the child inherits the wakeup fd, a socket of the parent's watcher: a signal the child gets
+    # (its runner's SIGTERM at clean-up) would reach the parent's watcher as the parent's own
+    if _WATCHING[0]:
+        _WATCHING[0] = False
+        try:
+            signal.set_wakeup_fd(-1)
+        except (ValueError, OSError):
+            pass
+
+
+os.register_at_fork(after_in_child=_no_wakeup_fd_in_a_forked_child)
+
+
 class SignalWatcher:
     """Call ``on_signal(signum)`` from a helper thread as soon as a handled signal arrives.
 
@@ -137,6 +155,7 @@ class SignalWatcher:
             w.close()
             return self
         self._socks = (r, w)
+        _WATCHING[0] = True
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="SignalWatcher", daemon=True)
         self._thread.start()
@@ -146,6 +165,7 @@ class SignalWatcher:
         if self._socks is None:
             return
         r, w = self._socks
+        _WATCHING[0] = self._old_fd >= 0
         try:
             signal.set_wakeup_fd(self._old_fd)
         except (ValueError, OSError):
@@ -178,7 +198,6 @@ class SignalWatcher:
                     data = b""
                 if self._old_fd >= 0 and data:
                     try:  # whoever registered before us still gets their bytes
-                        import os
                         os.write(self._old_fd, data)
                     except OSError:
                         pass

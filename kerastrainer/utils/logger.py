@@ -41,7 +41,7 @@ from ._cluster_env import get_cluster_info, is_private_log_dir, private_log_dir
 from .dirlock import LogDirLock
 
 __all__ = ["set_logger_dir", "auto_set_dir", "get_logger_dir", "info", "warn", "warning",
-           "error", "exception", "debug", "critical", "setLevel"]
+           "error", "exception", "debug", "critical", "setLevel", "addFilter"]
 
 
 class _Formatter(logging.Formatter):
@@ -97,6 +97,7 @@ exception = _logger.exception
 debug = _logger.debug
 critical = _logger.critical
 setLevel = _logger.setLevel
+addFilter = _logger.addFilter
 
 LOG_DIR: Optional[str] = None
 _FILE_HANDLER: Optional[logging.Handler] = None

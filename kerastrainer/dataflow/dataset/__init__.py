@@ -14,7 +14,7 @@ import importlib
 
 __all__ = []
 
-for _m in ("files", "mnist", "cifar", "ilsvrc", "svhn", "caltech101"):
+for _m in ("files", "mnist", "cifar", "ilsvrc", "svhn", "caltech101", "bsds500", "places"):
     _mod = importlib.import_module(f"{__name__}.{_m}")
     for _n in _mod.__all__:
         globals()[_n] = getattr(_mod, _n)

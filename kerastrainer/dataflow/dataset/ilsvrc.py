@@ -23,7 +23,7 @@ from ..base import RNGDataFlow
 from . import files as _files
 from .files import DatasetFilesNotFound, get_dataset_path
 
-__all__ = ["ILSVRCMeta", "ILSVRC12Files", "ILSVRC12"]
+__all__ = ["ILSVRCMeta", "ILSVRC12Files", "ILSVRC12", "TinyImageNet"]
 
 _IMAGE_EXTS = (".jpeg", ".jpg", ".png", ".bmp")
 _SPLITS = ("train", "val", "test")
@@ -284,3 +284,56 @@ class ILSVRC12(ILSVRC12Files):
                 self._counter.skip(e)
                 continue
             yield [img, label]
+
+
+class TinyImageNet(RNGDataFlow):
+    """Tiny ImageNet (200 classes, 64x64): ``[image, label]`` with a BGR uint8 image. Layout under
+    ``dir``: ``wnids.txt``, ``train/<wnid>/images/*.JPEG``, ``val/images/*.JPEG`` with
+    ``val/val_annotations.txt``. Labels are the positions of the wnids in sorted ``wnids.txt``.
+
+    Example::
+
+        ds = TinyImageNet('~/data/tiny-imagenet-200', 'train')
+    """
+
+    def __init__(self, dir: str, name: str, shuffle: Optional[bool] = None):
+        if name not in ("train", "val"):
+            raise ValueError(f"TinyImageNet: name must be 'train' or 'val', got {name!r}")
+        dir = os.path.expanduser(dir)
+        wnids_file = os.path.join(dir, "wnids.txt")
+        if not os.path.isfile(wnids_file):
+            raise DatasetFilesNotFound("TinyImageNet", dir, ["wnids.txt", "train/<wnid>/images/*.JPEG",
+                                                              "val/val_annotations.txt"],
+                                       "Download tiny-imagenet-200.zip and extract it there.")
+        with open(wnids_file) as f:
+            wnids = sorted(w.strip() for w in f if w.strip())
+        ids = {w: i for i, w in enumerate(wnids)}
+        self.name = name
+        self.shuffle = name == "train" if shuffle is None else shuffle
+        files: List[Tuple[str, int]] = []
+        if name == "train":
+            for w in wnids:
+                d = os.path.join(dir, "train", w, "images")
+                files += [(os.path.join(d, f), ids[w]) for f in sorted(os.listdir(d))]
+        else:
+            with open(os.path.join(dir, "val", "val_annotations.txt")) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 2:
+                        files.append((os.path.join(dir, "val", "images", parts[0]), ids[parts[1]]))
+        self.imglist = files
+
+    def __len__(self) -> int:
+        return len(self.imglist)
+
+    def __iter__(self):
+        import cv2
+        idx = np.arange(len(self.imglist))
+        if self.shuffle:
+            self.rng.shuffle(idx)
+        for k in idx:
+            path, label = self.imglist[k]
+            im = cv2.imread(path, cv2.IMREAD_COLOR)
+            if im is None:
+                raise ValueError(f"TinyImageNet: cannot read {path}")
+            yield [im, label]

@@ -21,6 +21,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ...utils.casting import whole_number
 from ._cv2 import cv2
 
 __all__ = ["Transform", "NoOpTransform", "TransformList", "ResizeTransform", "CropTransform",
@@ -110,6 +111,11 @@ class TransformList(Transform):
         return mask
 
 
+def _sizes(who: str, **sizes) -> list:
+    """Pixel sizes and offsets as ints; ``int()`` would cut a 2.5 to 2 without saying so."""
+    return [whole_number(v, f"{who}({k}=...)") for k, v in sizes.items()]
+
+
 def _resize(img: np.ndarray, new_h: int, new_w: int, interp: int) -> np.ndarray:
     out = cv2.resize(img, (new_w, new_h), interpolation=interp)
     if img.ndim == 3 and out.ndim == 2:  # cv2 drops a trailing channel axis of size 1
@@ -121,7 +127,7 @@ class ResizeTransform(Transform):
     """Resize an ``h x w`` image to ``new_h x new_w``."""
 
     def __init__(self, h: int, w: int, new_h: int, new_w: int, interp: Optional[int] = None):
-        self.h, self.w, self.new_h, self.new_w = int(h), int(w), int(new_h), int(new_w)
+        self.h, self.w, self.new_h, self.new_w = _sizes("ResizeTransform", h=h, w=w, new_h=new_h, new_w=new_w)
         self.interp = cv2.INTER_LINEAR if interp is None else interp
 
     def apply_image(self, img):
@@ -143,7 +149,7 @@ class CropTransform(Transform):
     """Keep the ``h x w`` window whose top-left pixel is ``(y0, x0)``."""
 
     def __init__(self, y0: int, x0: int, h: int, w: int):
-        self.y0, self.x0, self.h, self.w = int(y0), int(x0), int(h), int(w)
+        self.y0, self.x0, self.h, self.w = _sizes("CropTransform", y0=y0, x0=x0, h=h, w=w)
 
     def apply_image(self, img):
         if img.shape[0] < self.y0 + self.h or img.shape[1] < self.x0 + self.w:
@@ -166,7 +172,7 @@ class FlipTransform(Transform):
     """
 
     def __init__(self, h: int, w: int, horiz: bool = True, vert: Optional[bool] = None):
-        self.h, self.w, self.horiz = int(h), int(w), bool(horiz)
+        (self.h, self.w), self.horiz = _sizes("FlipTransform", h=h, w=w), bool(horiz)
         self.vert = (not self.horiz) if vert is None else bool(vert)
 
     def apply_image(self, img):
@@ -270,7 +276,7 @@ class WarpAffineTransform(Transform):
     def __init__(self, mat, dsize, interp: Optional[int] = None, borderMode: Optional[int] = None,  # noqa: N803
                  borderValue=0):  # noqa: N803 (tensorpack's argument names)
         self.mat = np.asarray(mat, dtype=np.float32).reshape(2, 3)
-        self.dsize = (int(dsize[0]), int(dsize[1]))
+        self.dsize = tuple(whole_number(v, f"WarpAffineTransform(dsize={dsize!r})") for v in dsize[:2])
         self.interp = cv2.INTER_LINEAR if interp is None else interp
         self.borderMode = cv2.BORDER_CONSTANT if borderMode is None else borderMode
         self.borderValue = borderValue

@@ -14,12 +14,14 @@ Example::
 """
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ...utils import logger
+from ...utils.casting import check_cast_keeps_values
 from ...utils.rng import get_rng
 from ._transforms import FunctionTransform, LazyTransform, PhotometricTransform, Transform, TransformList
 
@@ -114,6 +116,15 @@ class ImageAugmentor:
                                 "they are clipped to [0, 255] (it works on uint8 levels).", who, img.dtype)
         return np.rint(np.clip(img, 0, 255)).astype(np.uint8)
 
+    def _from_uint8_levels(self, out: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """The uint8 result of an augmentor that works on uint8 levels, in the input's ``dtype``;
+        an error where that dtype cannot hold it (int8 wraps 200 to -56)."""
+        dtype = np.dtype(dtype)
+        who = type(self).__name__
+        check_cast_keeps_values(out, dtype, f"{who} (it works on uint8 levels 0..255, which {dtype.name} cannot "
+                                            f"all hold; give it a uint8 image)")
+        return out.astype(dtype, copy=False)
+
     def _init(self, params: Optional[dict] = None) -> None:
         """tensorpack's idiom ``self._init(locals())``: store the constructor's arguments
         as attributes (all but ``self`` and names starting with ``_``)."""
@@ -185,14 +196,17 @@ def _float_bounds(dtype: np.dtype) -> Tuple[float, float]:
     return float(lo), float(hi)
 
 
-def restore_dtype(out: np.ndarray, old_dtype: np.dtype, clip: bool, who: Optional["ImageAugmentor"] = None
-                  ) -> np.ndarray:
+def restore_dtype(out: np.ndarray, old_dtype: np.dtype, clip: bool, who: Optional["ImageAugmentor"] = None,
+                  src: Optional[np.ndarray] = None) -> np.ndarray:
     """Bring a float32 result back to the input's dtype.
 
     uint8 is rounded and clipped to [0, 255]; float is clipped to [0, 255] when ``clip``
     (tensorpack's rules). Other integer dtypes are rounded and clipped to their own
     dtype's range (never wrapped, whatever ``clip``); when ``clip`` is false and that
-    changes a value, ``who`` (the augmentor) warns once.
+    changes a value, ``who`` (the augmentor) warns once. A float result that is not
+    clipped must stay finite where the input ``src`` (when given; else ``out``) was finite
+    everywhere: a float16 result beyond 65504, or a float32 computation that overflowed,
+    is a ValueError naming ``who``, never a silent inf.
     """
     old_dtype = np.dtype(old_dtype)
     if old_dtype == np.uint8:
@@ -211,7 +225,32 @@ def restore_dtype(out: np.ndarray, old_dtype: np.dtype, clip: bool, who: Optiona
         return out.astype(old_dtype)
     if clip:
         np.clip(out, 0, 255, out=out)
-    return out.astype(old_dtype, copy=False)
+        return out.astype(old_dtype, copy=False)
+    with np.errstate(over="ignore"):
+        result = out.astype(old_dtype, copy=False)
+    if old_dtype.kind == "f" and result.size and not np.isfinite(result).all():
+        _check_overflow(result, out, out if src is None else src, who)
+    return result
+
+
+def _check_overflow(result: np.ndarray, out: np.ndarray, src: np.ndarray, who: Optional["ImageAugmentor"]):
+    """Raise for a non-finite ``result`` that finite input ``src`` does not explain."""
+    if src.dtype.kind == "f" and not np.isfinite(src).all():
+        return   # inf or NaN in the input: its own, carried through as numpy would
+    name = type(who).__name__ if who is not None else "The augmentor"
+    bad = int(np.flatnonzero(~np.isfinite(result))[0])
+    at = tuple(int(j) for j in np.unravel_index(bad, result.shape))
+    dtype, became = result.dtype, float(result.flat[bad])
+    # Hue and the like have no clip argument to suggest
+    clip = "Use clip=True (clips to [0, 255]), or" if who is not None and \
+        "clip" in inspect.signature(type(who).__init__).parameters else "Instead,"
+    if np.isfinite(out.flat[bad]):   # float32 held it; the image's dtype cannot
+        raise ValueError(f"{name}: the result {float(out.flat[bad])!r} at index {at} does not fit {dtype.name} "
+                         f"(largest {float(np.finfo(dtype).max)!r}): it would become {became}. "
+                         f"{clip} give a float32 image.")
+    there = f"the input value there is {src.flat[bad].item()!r}, " if src.shape == result.shape else "the input is "
+    raise ValueError(f"{name}: the result at index {at} overflowed float32, in which it computes ({there}"
+                     f"dtype {src.dtype.name}): it would become {became}. {clip} scale the image into float32's range.")
 
 
 class PhotometricAugmentor(ImageAugmentor):
@@ -223,6 +262,9 @@ class PhotometricAugmentor(ImageAugmentor):
     [0, 255], and float results are clipped too when ``self.clip`` is true. Other
     integer dtypes (uint16, int16, ...) are clipped to their own dtype's range,
     never wrapped; with ``clip=False`` a warning says when that changes a value.
+    An unclipped float result that the input's dtype cannot hold (float16 beyond
+    65504, or float32 overflowed while computing on a float64 image) is a ValueError
+    naming the augmentor, never a silent inf.
     Masks and coordinates are left alone.
 
     Example::
@@ -248,8 +290,10 @@ class PhotometricAugmentor(ImageAugmentor):
                 and max(abs(int(img.min())), abs(int(img.max()))) > 2 ** 24:
             self._warn_once("float32", "%s: an image of dtype %s with values beyond 2**24 is computed in float32, "
                             "which rounds them.", type(self).__name__, old_dtype)
-        out = self._impl(_to_float(img), params)
-        return restore_dtype(out, old_dtype, self.clip, self)
+        with np.errstate(over="ignore"):   # float64 beyond float32: caught by restore_dtype
+            work = _to_float(img)
+        out = self._impl(work, params)
+        return restore_dtype(out, old_dtype, self.clip, self, src=img)
 
     def get_transform(self, img):
         if type(self)._impl is PhotometricAugmentor._impl and hasattr(self, "_augment"):

@@ -6,10 +6,19 @@ from typing import Optional, Tuple, Union
 import numpy as np
 
 from ...utils import logger
+from ...utils.casting import whole_number
 from ._cv2 import cv2
 from .base import PhotometricAugmentor
 
 __all__ = ["GaussianBlur"]
+
+
+def _whole_pair(r, who: str, name: str):
+    try:
+        lo, hi = r
+    except (TypeError, ValueError):
+        raise ValueError(f"{who}: {name} must be a pair (low, high), got {r!r}.") from None
+    return tuple(whole_number(v, f"{who}({name}={r!r}): each end") for v in (lo, hi))
 
 
 class GaussianBlur(PhotometricAugmentor):
@@ -38,7 +47,7 @@ class GaussianBlur(PhotometricAugmentor):
             size_range = (0, max_size)
         if not isinstance(size_range, (list, tuple)):
             size_range = (0, size_range)
-        lo, hi = (int(v) for v in size_range)
+        lo, hi = _whole_pair(size_range, "GaussianBlur", "size_range")
         if not 0 <= lo < hi:
             raise ValueError(f"GaussianBlur: size_range must satisfy 0 <= low < high, got {size_range!r}.")
         slo, shi = (float(v) for v in sigma_range)

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ._cv2 import cv2
-from .base import PhotometricAugmentor
+from .base import PhotometricAugmentor, _to_float, restore_dtype
 
 __all__ = ["Brightness", "BrightnessScale", "Contrast", "Saturation", "Hue", "Gamma"]
 
@@ -138,8 +138,10 @@ class Hue(PhotometricAugmentor):
     """Rotate the hue by a random offset drawn from ``range``, in OpenCV's 8-bit hue
     units (0-180 is the full circle; ``(-90, 90)`` covers every shift).
 
-    uint8 images go through OpenCV's 8-bit HSV; float images through its float HSV
-    (hue in degrees, so the offset is doubled), which works on any value scale.
+    uint8 images go through OpenCV's 8-bit HSV; other images through its float32 HSV
+    (hue in degrees, so the offset is doubled), which works on any value scale. The
+    result has the input's dtype: other integer images are rounded back (never
+    truncated), and a float64 image with values beyond float32's range is an error.
 
     Example::
 
@@ -161,9 +163,12 @@ class Hue(PhotometricAugmentor):
             hsv = cv2.cvtColor(img, to_hsv)
             hsv[..., 0] = ((hsv[..., 0].astype(np.int32) + int(round(hue))) % 180).astype(np.uint8)
             return cv2.cvtColor(hsv, from_hsv)
-        hsv = cv2.cvtColor(img.astype(np.float32), to_hsv)
+        with np.errstate(over="ignore"):   # float64 beyond float32: caught by restore_dtype
+            hsv = cv2.cvtColor(_to_float(img), to_hsv)
         hsv[..., 0] = (hsv[..., 0] + 2 * hue) % 360
-        return cv2.cvtColor(hsv, from_hsv).astype(img.dtype, copy=False)
+        # rounded (astype would truncate 999.99994 to 999) and never silently overflowed;
+        # clip=False: the hue leaves the value range alone, whatever its scale
+        return restore_dtype(cv2.cvtColor(hsv, from_hsv), img.dtype, False, self, src=img)
 
 
 class Gamma(PhotometricAugmentor):
@@ -194,4 +199,4 @@ class Gamma(PhotometricAugmentor):
         out = cv2.LUT(src, lut)
         if img.ndim == 3 and out.ndim == 2:
             out = out[:, :, np.newaxis]
-        return out.astype(img.dtype, copy=False)
+        return self._from_uint8_levels(out, img.dtype)

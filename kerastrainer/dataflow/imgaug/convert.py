@@ -5,6 +5,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ...utils.casting import whole_number
 from ._cv2 import cv2
 from ._transforms import FunctionTransform, PhotometricTransform
 from .base import ImageAugmentor
@@ -91,7 +92,8 @@ class ColorSpace(ImageAugmentor):
 
     def __init__(self, mode: int, keepdims: bool = True):
         super().__init__()
-        self.mode, self.keepdims = int(mode), bool(keepdims)
+        # an OpenCV code: int(6.5) would be another conversion
+        self.mode, self.keepdims = whole_number(mode, f"{type(self).__name__}(mode=...)"), bool(keepdims)
 
     def get_transform(self, img):
         return PhotometricTransform(_CvtColor(self.mode, self.keepdims), f"ColorSpace({self.mode})")

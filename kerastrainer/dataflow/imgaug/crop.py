@@ -7,6 +7,7 @@ from typing import Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ...utils import logger
+from ...utils.casting import whole_number
 from ._transforms import CropTransform, PhotometricTransform, ResizeTransform, TransformList
 from .base import ImageAugmentor
 from .resize import parse_shape
@@ -161,15 +162,18 @@ class RandomCropRandomShape(ImageAugmentor):
         if max_aspect_ratio is not None:
             logger.warning("RandomCropRandomShape(max_aspect_ratio=%r) has no effect (as in tensorpack).",
                            max_aspect_ratio)
-        self.wmin, self.hmin = int(wmin), int(hmin)
-        self.wmax, self.hmax = wmax, hmax
+        who = "RandomCropRandomShape"
+        self.wmin = whole_number(wmin, f"{who}(wmin=...)")
+        self.hmin = whole_number(hmin, f"{who}(hmin=...)")
+        self.wmax = None if wmax is None else whole_number(wmax, f"{who}(wmax=...)")
+        self.hmax = None if hmax is None else whole_number(hmax, f"{who}(hmax=...)")
         if self.wmin <= 0 or self.hmin <= 0:
             raise ValueError(f"RandomCropRandomShape: wmin and hmin must be positive, got {wmin!r}, {hmin!r}.")
 
     def get_transform(self, img):
         h, w = img.shape[:2]
-        hmax = h if self.hmax is None else int(self.hmax)
-        wmax = w if self.wmax is None else int(self.wmax)
+        hmax = h if self.hmax is None else self.hmax
+        wmax = w if self.wmax is None else self.wmax
         if not (self.hmin <= hmax <= h and self.wmin <= wmax <= w):
             raise ValueError(f"RandomCropRandomShape: cannot crop [{self.hmin}, {hmax}] x [{self.wmin}, {wmax}] "
                              f"(HxW) from an image of {h}x{w}.")
@@ -188,6 +192,19 @@ class _Cutout:
         return out
 
 
+def _size_or_range(r, name: str):
+    """RandomCutout's ``int`` or ``[low, high)`` of whole numbers."""
+    what = f"RandomCutout({name}={r!r})"
+    if isinstance(r, (list, tuple, np.ndarray)):
+        if len(r) != 2:
+            raise ValueError(f"{what}: give an int or a pair (low, high).")
+        lo, hi = (whole_number(v, f"{what}: each end") for v in r)
+        if not 0 <= lo < hi:
+            raise ValueError(f"{what}: the range [low, high) must satisfy 0 <= low < high.")
+        return lo, hi
+    return whole_number(r, what, minimum=0)
+
+
 class RandomCutout(ImageAugmentor):
     """Cutout (DeVries and Taylor, 2017): fill a random rectangle with ``fill``.
 
@@ -201,10 +218,13 @@ class RandomCutout(ImageAugmentor):
     def __init__(self, h_range: Union[int, Tuple[int, int]], w_range: Union[int, Tuple[int, int]],
                  fill: float = 0.0):
         super().__init__()
-        self.h_range, self.w_range, self.fill = h_range, w_range, fill
+        # sizes are whole numbers: rng.randint would truncate (2.5, 4) to [2, 4) silently
+        self.h_range = _size_or_range(h_range, "h_range")
+        self.w_range = _size_or_range(w_range, "w_range")
+        self.fill = fill
 
     def _draw(self, r):
-        return int(r) if isinstance(r, (int, np.integer)) else int(self.rng.randint(*r))
+        return r if isinstance(r, int) else int(self.rng.randint(*r))
 
     def get_transform(self, img):
         ch, cw = self._draw(self.h_range), self._draw(self.w_range)

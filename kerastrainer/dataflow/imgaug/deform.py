@@ -5,6 +5,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ...utils.casting import whole_number
 from ._cv2 import cv2
 from ._transforms import Transform
 from .base import ImageAugmentor
@@ -54,7 +55,8 @@ class GaussianDeform(ImageAugmentor):
                  randrange: Optional[float] = None):
         super().__init__()
         self.anchors = np.asarray(anchors, np.float32).reshape(-1, 2)
-        self.shape = (int(shape[0]), int(shape[1]))
+        self.shape = tuple(whole_number(v, f"GaussianDeform(shape={shape!r}): each size", minimum=1)
+                           for v in shape[:2])
         self.sigma = float(sigma)
         self.randrange = self.shape[0] / 8 if randrange is None else float(randrange)
         h, w = self.shape

@@ -6,6 +6,7 @@ from typing import Tuple
 import numpy as np
 
 from ._cv2 import cv2
+from .blur import _whole_pair
 from .base import PhotometricAugmentor
 
 __all__ = ["JpegNoise", "GaussianNoise", "SaltPepperNoise"]
@@ -25,7 +26,7 @@ class JpegNoise(PhotometricAugmentor):
 
     def __init__(self, quality_range: Tuple[int, int] = (40, 100)):
         super().__init__()
-        lo, hi = (int(v) for v in quality_range)
+        lo, hi = _whole_pair(quality_range, "JpegNoise", "quality_range")
         if not 0 <= lo < hi <= 101:
             raise ValueError(f"JpegNoise: quality_range must satisfy 0 <= low < high <= 101, got {quality_range!r}.")
         self.quality_range = (lo, hi)
@@ -39,7 +40,7 @@ class JpegNoise(PhotometricAugmentor):
         if not ok:
             raise ValueError(f"JpegNoise: OpenCV could not encode an image of shape {img.shape} as JPEG.")
         out = cv2.imdecode(enc, cv2.IMREAD_UNCHANGED)
-        return out.reshape(img.shape).astype(img.dtype, copy=False)
+        return self._from_uint8_levels(out.reshape(img.shape), img.dtype)
 
 
 class GaussianNoise(PhotometricAugmentor):

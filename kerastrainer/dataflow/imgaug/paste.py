@@ -5,6 +5,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from ...utils.casting import whole_number
 from ._transforms import Transform
 from .base import ImageAugmentor
 from .resize import parse_shape
@@ -24,7 +25,8 @@ class BackgroundFiller:
 
     def fill(self, background_shape: Sequence[int], img: np.ndarray) -> np.ndarray:
         """A canvas of ``background_shape = (h, w)`` (plus the image's channels) for ``img``."""
-        return self._fill(tuple(int(v) for v in background_shape), img)
+        return self._fill(tuple(whole_number(v, f"{type(self).__name__}.fill(background_shape={background_shape!r})")
+                                for v in background_shape), img)
 
     def _fill(self, background_shape: Tuple[int, int], img: np.ndarray) -> np.ndarray:
         raise NotImplementedError(f"{type(self).__name__} does not implement _fill(background_shape, img).")
@@ -49,7 +51,10 @@ class PasteTransform(Transform):
     """Paste onto a canvas from ``filler`` with the image's top-left corner at ``(y0, x0)``."""
 
     def __init__(self, background_shape, y0: int, x0: int, filler: BackgroundFiller):
-        self.background_shape, self.y0, self.x0, self.filler = tuple(background_shape), int(y0), int(x0), filler
+        self.background_shape = tuple(whole_number(v, f"PasteTransform(background_shape={background_shape!r})")
+                                      for v in background_shape)
+        self.y0, self.x0 = whole_number(y0, "PasteTransform(y0=...)"), whole_number(x0, "PasteTransform(x0=...)")
+        self.filler = filler
 
     def apply_image(self, img):
         h, w = img.shape[:2]

@@ -1,9 +1,13 @@
 """Resizing augmentors (deterministic given the input size)."""
 from __future__ import annotations
 
+import numbers
 from typing import Optional, Sequence, Union
 
+import numpy as np
+
 from ...utils import logger
+from ...utils.casting import whole_number
 from ._transforms import ResizeTransform
 from .base import ImageAugmentor
 
@@ -11,13 +15,14 @@ __all__ = ["Resize", "ResizeShortestEdge", "RandomResize"]
 
 
 def parse_shape(shape: Union[int, Sequence[int]], who: str, what: str = "shape"):
-    """``int`` or ``(h, w)`` -> ``(h, w)`` of positive ints, or a clear error."""
-    if isinstance(shape, (int,)) and not isinstance(shape, bool):
-        shape = (shape, shape)
-    try:
-        h, w = (int(v) for v in shape)
-    except (TypeError, ValueError):
-        raise ValueError(f"{who}: {what} must be an int or a pair (h, w), got {shape!r}.") from None
+    """``int`` or ``(h, w)`` -> ``(h, w)`` of positive ints, or a clear error.
+
+    Sizes are whole numbers (numpy integers and ``32.0`` are fine); ``32.5`` is an error, not 32."""
+    if isinstance(shape, numbers.Real) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape, shape)   # a square; whole_number below refuses 2.5
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__") or len(shape) != 2:
+        raise ValueError(f"{who}: {what} must be an int or a pair (h, w), got {shape!r}.")
+    h, w = (whole_number(v, f"{who}({what}={shape!r}): each size") for v in shape)
     if h <= 0 or w <= 0:
         raise ValueError(f"{who}: {what} must be positive, got {(h, w)}.")
     return h, w
@@ -56,9 +61,7 @@ class ResizeShortestEdge(ImageAugmentor):
 
     def __init__(self, size: int, interp: Optional[int] = None):
         super().__init__()
-        if int(size) <= 0:
-            raise ValueError(f"ResizeShortestEdge: size must be positive, got {size!r}.")
-        self.size = int(size)
+        self.size = whole_number(size, "ResizeShortestEdge(size=...)", minimum=1)
         self.interp = interp
 
     def get_transform(self, img):

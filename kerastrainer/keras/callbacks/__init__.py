@@ -149,6 +149,9 @@ class KerasCallback(Callback):
 
     # --- logs -------------------------------------------------------------------------------
     def _running_logs(self) -> Dict[str, float]:
+        if getattr(self.trainer, "outputs_are_latest", False):
+            # a model's own train_step returns running values (its metrics' results): Keras logs the last
+            return {k: float(v) for k, v in (self.trainer.last_step_outputs or {}).items() if not k.startswith("_")}
         n = max(self._steps, 1)
         logs = {k: v / n for k, v in self._sums.items()}
         if "cost" in logs:

@@ -1,0 +1,205 @@
+"""A Keras model that defines its own training step: its class overrides ``train_step`` (keras-io's
+"customizing what happens in fit": a GAN with two optimizers, a loss computed by hand), or the
+``compute_loss`` / ``compute_metrics`` that Keras's own ``train_step`` calls.
+
+This module owns running such a step in a kerastrainer trainer. ``KerasModel`` hands the model
+over as :class:`KerasOwnStepDesc`, a ModelDesc whose tower is one call of the model's
+``train_step`` on the replica's batch; the trainer runs it each step inside its strategy (several
+steps per call, every replica), applies no update of its own (the step's optimizers do, as in
+``keras.Model.fit``: each optimizer sums the replicas' gradients, and Keras's ``compute_loss``
+divides the loss by the number of replicas), reports the dict the step returns, saves every
+optimizer the model holds (``optimizer/<attribute>/...``), and resets the model's metrics at the
+start of each epoch, as ``fit`` does. Data reach ``train_step`` in the structure the data have
+(``(x, y)``, ``(x, y, sample_weight)``, ``x``...), each replica its part of the global batch.
+
+Left to others: the standard path (compile's loss and metrics computed by kerastrainer:
+:mod:`.adapter`), the data forms (:mod:`.data`), placing variables on a strategy
+(:mod:`.variables`).
+
+Example (what ``KerasModel.fit`` does for such a model)::
+
+    desc = KerasOwnStepDesc(gan, data.first)
+    launch_train_with_config(TrainConfig(model=desc, data=source, ...), trainer)
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ..callbacks.base import Callback
+from ..tfutils.objective import OwnUpdates
+from ..tfutils.tower_func import ModelVariables
+from ..train.model_desc import ModelDesc
+from ..utils import logger
+from .data import SHARE_SPEC
+from .variables import place_on_strategy, rekey_optimizer, unique_variables
+
+__all__ = ["OWN_STEP_METHODS", "runs_own_step", "overridden", "KerasOwnStepDesc", "ResetKerasMetrics",
+           "model_optimizers"]
+
+# keras.Model methods whose override changes what a training step computes
+OWN_STEP_METHODS = ("train_step", "compute_loss", "compute_metrics")
+
+
+def overridden(model: keras.Model, method: str) -> bool:
+    """``type(model)`` defines ``method`` itself (not keras.Model's)."""
+    return getattr(type(model), method, None) is not getattr(keras.Model, method, None)
+
+
+def runs_own_step(model: keras.Model) -> bool:
+    """The model's step is not compile()'s loss and metrics alone: run its ``train_step``."""
+    return any(overridden(model, m) for m in OWN_STEP_METHODS)
+
+
+def model_optimizers(model: keras.Model) -> Dict[str, keras.optimizers.Optimizer]:
+    """The Keras optimizers the model holds, by attribute: ``optimizer`` (compile's) first, then
+    those a custom ``compile`` stored (``d_optimizer``, ``g_optimizer``...)."""
+    out: Dict[str, keras.optimizers.Optimizer] = {}
+    if isinstance(getattr(model, "optimizer", None), keras.optimizers.Optimizer):
+        out["optimizer"] = model.optimizer
+    for name, value in sorted(vars(model).items()):
+        if isinstance(value, keras.optimizers.Optimizer) and not name.startswith("_") and \
+                all(value is not o for o in out.values()):
+            out[name] = value
+    return out
+
+
+def _leaf_spec(leaf, index: int) -> tf.TensorSpec:
+    arr = np.asarray(leaf)
+    dtype = tf.float32 if arr.dtype == np.float64 else tf.as_dtype(arr.dtype)   # Keras's floatx, as fit
+    if arr.ndim == 0:
+        raise ValueError(f"KerasModel: component {index} of the data is a scalar; every component of a batch "
+                         "needs the batch dimension first.")
+    return tf.TensorSpec((None,) + arr.shape[1:], dtype, name=f"data_{index}")
+
+
+def _as_tuple(structure):
+    # DataFlow datapoints are lists; Keras hands train_step tuples
+    return tuple(structure) if isinstance(structure, list) else structure
+
+
+def _flat_logs(logs: dict) -> dict:
+    """Nested dicts merged into one, as ``keras.Model.fit`` logs them (``{m.name: m.result()}`` over
+    ``self.metrics`` nests compile's metrics: ``{'loss': ..., 'compile_metrics': {'mae': ...}}``)."""
+    out = {}
+    for name, value in logs.items():
+        if isinstance(value, dict):
+            out.update(_flat_logs(value))
+        else:
+            out[name] = value
+    return out
+
+
+class KerasOwnStepDesc(ModelDesc):
+    """The ModelDesc of a Keras model that runs its own ``train_step`` (see the module doc).
+
+    Args:
+        model: the ``keras.Model`` (compiled with its own ``compile``), built.
+        first: one batch of the data, in the structure ``train_step`` receives.
+    """
+
+    def __init__(self, model: keras.Model, first):
+        self._keras_model = model
+        self._structure = _as_tuple(tf.nest.map_structure(lambda a: 0, first))
+        self._specs = [_leaf_spec(a, i) for i, a in enumerate(tf.nest.flatten(first))]
+        self._dropped: List[str] = []
+        if not model_optimizers(model):
+            raise ValueError(f"KerasModel: {type(model).__name__} runs its own train_step but holds no Keras "
+                             "optimizer: call KerasModel.compile(...) (it passes its arguments to the model's "
+                             "compile) before fit.")
+
+    @property
+    def keras_model(self) -> keras.Model:
+        return self._keras_model
+
+    def inputs(self) -> List[tf.TensorSpec]:
+        # each replica's part ends with its share of the global batch (KerasData.make_input); the
+        # step's own compute_loss scales for the replicas, as under keras.Model.fit
+        return list(self._specs) + [SHARE_SPEC]
+
+    def flatten(self, datapoint) -> list:
+        """The flat components of one batch (the order of :meth:`inputs`)."""
+        return tf.nest.flatten(datapoint)
+
+    def build_graph(self, *tensors):
+        data = tf.nest.pack_sequence_as(self._structure, list(tensors[:len(self._specs)]))
+        strategy = tf.distribute.get_strategy()
+        if tf.distribute.in_cross_replica_context() and strategy.num_replicas_in_sync > 1:
+            # the trainer's first trace (it makes the variables) runs in cross-replica context, where
+            # a step's updates of mirrored variables cannot be written: trace the step in a replica
+            logs = strategy.run(self._keras_model.train_step, args=(data,))
+            logs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], logs)
+        else:
+            logs = self._keras_model.train_step(data)
+        if not isinstance(logs, dict):
+            raise TypeError(f"{type(self._keras_model).__name__}.train_step returned a {type(logs).__name__}; "
+                            "Keras's contract is a dict of metric names to values.")
+        stats = {}
+        for name, value in _flat_logs(logs).items():
+            value = tf.convert_to_tensor(value)
+            if value.shape.rank == 0 and (value.dtype.is_floating or value.dtype.is_integer):
+                stats[str(name)] = tf.cast(value, tf.float32)
+            elif name not in self._dropped:
+                self._dropped.append(name)
+                logger.warning("KerasModel: %s.train_step returned '%s' of shape %s; only scalars are reported "
+                               "(History, monitors), it is left out.", type(self._keras_model).__name__, name,
+                               value.shape)
+        if not stats:
+            raise ValueError(f"{type(self._keras_model).__name__}.train_step returned no scalar to report "
+                             f"({sorted(logs)}).")
+        return stats
+
+    def optimizer(self):
+        return OwnUpdates(self.get_keras_optimizers())
+
+    def get_keras_optimizers(self) -> Dict[str, keras.optimizers.Optimizer]:
+        return model_optimizers(self._keras_model)
+
+    def get_optimizer(self):
+        return self.optimizer()
+
+    def get_tower_function(self):
+        # called by the trainer inside its strategy's scope, before it builds anything: the model's,
+        # its optimizers' and its metrics' variables move onto the strategy, and the optimizers
+        # update through it (they captured the strategy of their creation)
+        model = self._keras_model
+        place_on_strategy(unique_variables(list(model.variables) + self.state_variables()),
+                          tf.distribute.get_strategy())
+        for o in model_optimizers(model).values():
+            rekey_optimizer(o)
+        return super().get_tower_function()
+
+    def get_model_variables(self) -> ModelVariables:
+        mv = self.__dict__.get("_model_variables")
+        if mv is None:
+            mv = ModelVariables(self.layer_store, {"keras_model": self._keras_model})
+            self.__dict__["_model_variables"] = mv
+        tower = self.__dict__.get("_tower_function")
+        if tower is not None:
+            # the step's optimizers and metrics made their variables while it was traced: theirs, not
+            # the model's
+            owned = list(self._keras_model.variables) + self.state_variables()
+            tower.adopt_variables(owned)
+        return mv
+
+    def state_variables(self) -> list:
+        """The step's optimizers' and metrics' variables (what goes off the strategy after training)."""
+        model = self._keras_model
+        return unique_variables([v for o in model_optimizers(model).values() for v in getattr(o, "variables", [])]
+                                + list(getattr(model, "metrics_variables", [])))
+
+
+class ResetKerasMetrics(Callback):
+    """Reset the model's metrics at the start of each epoch, as ``keras.Model.fit`` does (a step's
+    ``m.result()`` is then the epoch's running mean)."""
+
+    _chief_only = False
+
+    def __init__(self, model: keras.Model):
+        self.model = model
+
+    def _before_epoch(self):
+        self.model.reset_metrics()
