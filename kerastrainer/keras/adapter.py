@@ -1,7 +1,8 @@
 """KerasModelDesc: a whole Keras model seen by the trainers as a ``ModelDesc``.
 
 The adapter's ``inputs()`` are the model's inputs followed by its targets (named,
-see :class:`~kerastrainer.keras.structure.ModelIO`); its tower function runs
+see :class:`~kerastrainer.keras.structure.ModelIO`) and, when the data is weighted
+(``sample_weight``, ``class_weight``), one sample weight per target; its tower function runs
 ``model(x, training=ctx.is_training)`` in the tower context, computes the compiled
 loss plus ``sum(model.losses)`` (regularizers, and the ``add_loss`` losses of this
 call: with ``compile(loss=None)`` they are the whole loss), records the loss and metrics with
@@ -92,14 +93,16 @@ class KerasModelDesc(ModelDesc):
         io = self._io
         n_in = len(io.input_specs)
         x = io.pack_inputs(tensors[:n_in])
-        y_true = dict(zip(io.target_outputs, tensors[n_in:n_in + len(io.target_outputs)]))
+        n_t = len(io.target_outputs)
+        y_true = dict(zip(io.target_outputs, tensors[n_in:n_in + n_t]))
+        weights = dict(zip(io.target_outputs, tensors[n_in + n_t:n_in + 2 * n_t])) if io.weighted else None
         # Keras clears add_loss losses when a model is the outermost call; in a tower it is called
         # inside kerastrainer's training-phase context, so the last trace's losses would linger
         clear_model_losses(self._keras_model)
         y_pred = io.outputs_by_name(self._keras_model(x, training=training))
         y_pred = {name: tf.identity(t, name=self.output_tensor_name(name)) for name, t in y_pred.items()}
         with tf.name_scope("objectives"):
-            total, stats = self._objectives.compute(y_true, y_pred)
+            total, stats = self._objectives.compute(y_true, y_pred, weights)
             # read right after the call: Keras clears a model's add_loss losses when it is called again
             # each summed, as Keras's fit does (Trainer._aggregate_additional_loss)
             extra = [tf.reduce_sum(tf.cast(t, tf.float32)) for t in self._keras_model.losses]

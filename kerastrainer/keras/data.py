@@ -75,20 +75,24 @@ class ArrayBatches(RNGDataFlow):
         ds = ArrayBatches(x, y, batch_size=64, shuffle=True)
     """
 
-    def __init__(self, x, y, batch_size: int = DEFAULT_BATCH_SIZE, shuffle: bool = True):
+    def __init__(self, x, y, batch_size: int = DEFAULT_BATCH_SIZE, shuffle: bool = True, sample_weight=None):
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int; got {batch_size!r}")
         x = _map(np.asarray, x)
         y = _map(np.asarray, y) if y is not None else None
-        sizes = {len(a) if a.ndim else -1 for a in _leaves(x) + (_leaves(y) if y is not None else [])}
+        sw = _map(np.asarray, sample_weight) if sample_weight is not None else None
+        if sw is not None and y is None:
+            raise ValueError("sample_weight was given without targets y.")
+        arrays = _leaves(x) + (_leaves(y) if y is not None else []) + (_leaves(sw) if sw is not None else [])
+        sizes = {len(a) if a.ndim else -1 for a in arrays}
         if len(sizes) != 1 or -1 in sizes:
-            shapes = [a.shape for a in _leaves(x) + (_leaves(y) if y is not None else [])]
+            shapes = [a.shape for a in arrays]
             raise ValueError(f"The input arrays must all have the same number of samples (first dimension); "
                              f"got shapes {shapes}.")
         self.n = sizes.pop()
         if self.n == 0:
             raise ValueError("The input arrays hold no sample.")
-        self.x, self.y = x, y
+        self.x, self.y, self.sample_weight = x, y, sw
         self.batch_size = whole_number(batch_size, "batch_size", minimum=1)
         self.shuffle = bool(shuffle)
 
@@ -96,8 +100,13 @@ class ArrayBatches(RNGDataFlow):
         return int(math.ceil(self.n / self.batch_size))
 
     def batch(self, idx):
-        x = _map(lambda a: a[idx], self.x)
-        return (x, _map(lambda a: a[idx], self.y)) if self.y is not None else (x,)
+        take = lambda a: a[idx]  # noqa: E731
+        x = _map(take, self.x)
+        if self.y is None:
+            return (x,)
+        if self.sample_weight is None:
+            return (x, _map(take, self.y))
+        return (x, _map(take, self.y), _map(take, self.sample_weight))
 
     def __iter__(self):
         order = np.arange(self.n)
@@ -356,14 +365,24 @@ def _dataflow_len(ds) -> Optional[int]:
         return None
 
 
-def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool = True) -> KerasData:
-    """Wrap ``data`` (see the module doc). ``data`` may be ``(x, y)``, or ``x`` with ``y`` given apart,
-    or ``x`` alone (arrays; batches ``(x,)``) for a model compiled with ``loss=None``.
+def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool = True,
+                  sample_weight=None) -> KerasData:
+    """Wrap ``data`` (see the module doc). ``data`` may be ``(x, y)`` or ``(x, y, sample_weight)``,
+    or ``x`` with ``y`` (and ``sample_weight``) given apart, or ``x`` alone (arrays; batches ``(x,)``)
+    for a model compiled with ``loss=None``. Batched sources may yield ``(x, y, sample_weight)``.
 
-    ``batch_size`` applies to numpy arrays only (default 32); other sources are batched already.
+    ``batch_size`` and ``sample_weight`` apply to numpy arrays only (default batch 32); other
+    sources are batched already and carry their own weights.
+
+    Example::
+
+        as_keras_data(x, y, batch_size=64, sample_weight=w).first   # (x[:64], y[:64], w[:64])
     """
     if isinstance(data, KerasData):
         return data
+    if sample_weight is not None and not (_is_arrays(data) or isinstance(data, tuple)):
+        raise ValueError(f"sample_weight= applies to numpy arrays; a {type(data).__name__} carries its own "
+                         "weights: yield (x, y, sample_weight) batches.")
     if isinstance(data, tf.data.Dataset):
         _no_batch_size(batch_size, "a tf.data.Dataset")
         first = next(iter(data.take(1)), None)
@@ -383,6 +402,8 @@ def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool 
         _no_batch_size(batch_size, "a generator")
         flow = _Peeked(GeneratorFlow(data))
         return KerasData("dataflow", flow, flow.peek(), None)
+    if y is None and isinstance(data, tuple) and len(data) == 3 and sample_weight is None:
+        data, y, sample_weight = data
     if y is None and isinstance(data, tuple) and len(data) == 2:
         data, y = data
     if y is None and not _is_arrays(data):
@@ -390,7 +411,7 @@ def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool 
                         "a keras.utils.PyDataset or a DataFlow of (x, y) batches.")
     # y None: inputs only, batches (x,) (Keras' fit(x) for a model whose add_loss losses are the loss)
     try:
-        flow = ArrayBatches(data, y, batch_size or DEFAULT_BATCH_SIZE, shuffle=shuffle)
+        flow = ArrayBatches(data, y, batch_size or DEFAULT_BATCH_SIZE, shuffle=shuffle, sample_weight=sample_weight)
     except TypeError as e:
         raise TypeError(f"Cannot read the data as numpy arrays: {e}") from e
     return KerasData("dataflow", flow, flow.batch(slice(0, flow.batch_size)), len(flow))
@@ -406,3 +427,94 @@ def _no_batch_size(batch_size, what: str) -> None:
     if batch_size is not None:
         raise ValueError(f"batch_size applies to numpy arrays only; {what} is already batched. "
                          "Leave batch_size out.")
+
+
+# --- Keras's class_weight and validation_split ---------------------------------------------------
+def class_weights_of(y, class_weight: dict):
+    """Keras's sample weights for ``class_weight`` (numpy): a one-hot ``y`` is its argmax, a
+    ``(n, 1)`` column is squeezed, labels are rounded to ints; a class left out weighs 1.
+
+    Example::
+
+        class_weights_of(np.array([0, 1, 1]), {1: 2.0})   # [1., 2., 2.]
+    """
+    y = np.asarray(y)
+    if y.ndim > 1:
+        y = np.argmax(y, axis=-1) if y.shape[-1] != 1 else np.squeeze(y, axis=-1)
+    labels = np.round(y).astype("int64")
+    return np.array([float(class_weight.get(int(c), 1.0)) for c in labels.reshape(-1)],
+                    np.float32).reshape(labels.shape)
+
+
+def _class_weights_tf(y, class_weight: dict) -> tf.Tensor:
+    """:func:`class_weights_of` on a tensor (a ``tf.data`` map)."""
+    y = tf.convert_to_tensor(y)
+    if y.shape.rank is not None and y.shape.rank > 1:
+        y = tf.argmax(y, axis=-1) if y.shape[-1] != 1 else tf.squeeze(y, axis=-1)
+    labels = tf.cast(tf.round(tf.cast(y, tf.float32)), tf.int64)
+    n = max(int(k) for k in class_weight) + 1
+    table = np.ones(n, np.float32)
+    for k, v in class_weight.items():
+        table[int(k)] = float(v)
+    in_range = tf.logical_and(labels >= 0, labels < n)
+    return tf.where(in_range, tf.gather(tf.constant(table), tf.clip_by_value(labels, 0, n - 1)), 1.0)
+
+
+class _ClassWeighted(ProxyDataFlow):
+    """``(x, y)`` batches -> ``(x, y, class weights of y)``."""
+
+    def __init__(self, ds, class_weight: dict):
+        super().__init__(ds)
+        self.class_weight = class_weight
+
+    def __iter__(self):
+        for dp in self.ds:
+            yield _with_class_weights(dp, self.class_weight)
+
+
+def _with_class_weights(dp, class_weight: dict):
+    if not (isinstance(dp, (list, tuple)) and len(dp) == 2):
+        raise ValueError("class_weight needs (x, y) batches with one target array (as in Keras); "
+                         f"got a datapoint of {len(dp) if hasattr(dp, '__len__') else '?'} components.")
+    if isinstance(dp[1], (list, tuple, dict)):
+        raise ValueError("class_weight is not supported for a model with several targets (as in Keras): "
+                         "give sample_weight instead.")
+    return (dp[0], dp[1], class_weights_of(dp[1], class_weight))
+
+
+def apply_class_weight(data, class_weight: dict):
+    """``data`` (any form ``fit`` takes, not numpy arrays) with Keras's class weights as its
+    sample weights: a ``tf.data.Dataset`` is mapped, the rest become a DataFlow."""
+    if isinstance(data, tf.data.Dataset):
+        def add(*e):
+            if len(e) != 2 or isinstance(e[1], (tuple, dict)):
+                raise ValueError("class_weight needs a dataset of (x, y) batches with one target (as in Keras).")
+            return e[0], e[1], _class_weights_tf(e[1], class_weight)
+        return data.map(add)
+    if isinstance(data, keras.utils.PyDataset):
+        return _ClassWeighted(PyDatasetFlow(data), class_weight)
+    if is_dataflow(data):
+        return _ClassWeighted(data, class_weight)
+    if inspect.isgenerator(data) or (hasattr(data, "__next__") and hasattr(data, "__iter__")):
+        return _ClassWeighted(GeneratorFlow(data), class_weight)
+    raise TypeError(f"class_weight cannot be applied to a {type(data).__name__}.")
+
+
+def split_validation(x, y, sample_weight, fraction: float):
+    """Keras's ``validation_split``: the last ``fraction`` of the samples (taken before any
+    shuffling) is the validation data. Returns ``((x, y, sw) for training, (x, y, sw) held out)``.
+
+    Example::
+
+        (xt, yt, _), (xv, yv, _) = split_validation(x, y, None, 0.2)   # xv = x[int(0.8 * n):]
+    """
+    if not _is_arrays(x):
+        raise ValueError("validation_split is only supported for numpy arrays (as in Keras); give "
+                         "validation_data for a tf.data.Dataset, a PyDataset, a generator or a DataFlow.")
+    n = len(_leaves(x)[0])
+    split_at = int(math.floor(n * (1.0 - fraction)))
+    if split_at == 0 or split_at == n:
+        raise ValueError(f"validation_split={fraction} leaves no training or no validation sample of {n}.")
+    head = lambda s: None if s is None else _map(lambda a: np.asarray(a)[:split_at], s)  # noqa: E731
+    tail = lambda s: None if s is None else _map(lambda a: np.asarray(a)[split_at:], s)  # noqa: E731
+    return (head(x), head(y), head(sample_weight)), (tail(x), tail(y), tail(sample_weight))

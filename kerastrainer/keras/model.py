@@ -57,7 +57,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ..callbacks.base import Callback
 from ..callbacks.inference import ScalarStats
+from ..callbacks.monitor import ScalarPrinter
+from ..callbacks.prog import ProgressBar
+from ..callbacks.trigger import EnableCallbackIf
 from ..callbacks.inference_runner import InferenceRunner
 from ..dataflow.base import is_dataflow
 from ..dataflow.shard import ShardedDataFlow, shard_dataflow
@@ -71,10 +75,11 @@ from ..utils import logger
 from ..utils.casting import cast_exactly
 from .adapter import KerasModelDesc
 from .callbacks import KerasCallback, wrap_keras_callbacks
-from .data import DEFAULT_BATCH_SIZE, SHARE_SPEC, KerasData, _FirstBatches, _FlatBatches, _map, as_keras_data
+from .data import (DEFAULT_BATCH_SIZE, SHARE_SPEC, KerasData, _FirstBatches, _FlatBatches, _is_arrays, _map,
+                   apply_class_weight, as_keras_data, class_weights_of, split_validation)
 from .objectives import Objectives
 from .own_step import KerasOwnStepDesc, ResetKerasMetrics, model_optimizers, overridden, runs_own_step
-from .structure import KerasSignatureError, ModelIO, as_spec_list, flatten_xy
+from .structure import KerasSignatureError, ModelIO, _is_weighted_point, as_spec_list, flatten_xy
 from .variables import place_off_strategy, rekey_optimizer, unique_variables
 
 __all__ = ["KerasModel"]
@@ -115,6 +120,20 @@ def _split_xy(first, n_inputs_hint: Optional[int] = None):
         f"Cannot tell inputs from targets in a datapoint of {len(first) if hasattr(first, '__len__') else '?'} "
         "components: give (x, y) pairs, or a model whose inputs are declared (keras.Input) so that a flat "
         "[inputs..., targets...] list can be split.")
+
+
+def _without_weights(first, model: keras.Model, n_inputs: Optional[int]):
+    """A first datapoint without its sample weights: a tuple ``(x, y, sample_weight)`` (Keras's
+    form) becomes ``(x, y)``; a flat ``[inputs..., targets...]`` of three is left as it is."""
+    if not (isinstance(first, tuple) and len(first) == 3):
+        return first
+    try:
+        n_out = len(model.outputs) if getattr(model, "built", False) and model.outputs else None
+    except (AttributeError, ValueError):
+        n_out = None
+    flat = not any(isinstance(c, (list, tuple, dict)) for c in first) and n_inputs is not None \
+        and n_out is not None and n_inputs + n_out == 3
+    return first if flat else first[:2]
 
 
 def _output_names(model: keras.Model, y_pred) -> (List[str], str):
@@ -187,6 +206,100 @@ def _shard(data_arg, batch_size: Optional[int], rank: int, size: int):
                          f"of {size} (each worker takes batch_size / {size} samples a step).")
     take = lambda a: np.asarray(a)[rank::size]  # noqa: E731
     return (_map(take, x), _map(take, y)), global_batch // size
+
+
+class _KerasDefault(int):
+    """An int default that ``fit`` can tell from the same value given by the caller."""
+
+
+#: ``fit(epochs=...)`` left out (it still reads as Keras's default, 1)
+_KERAS_EPOCHS = _KerasDefault(1)
+_IGNORED_COMPILE_ARGS = ("run_eagerly", "steps_per_execution", "auto_scale_loss", "jit_compile")
+
+
+def _checked_compile_kwargs(kwargs: dict) -> dict:
+    """Keras's other ``compile`` arguments: known ones pass to the model's own compile (with a
+    warning that kerastrainer's trainer does not use them); ``weighted_metrics`` raises."""
+    unknown = sorted(set(kwargs) - set(_IGNORED_COMPILE_ARGS) - {"weighted_metrics"})
+    if unknown:
+        raise TypeError(f"KerasModel.compile got unexpected arguments {unknown}.")
+    if kwargs.get("weighted_metrics"):
+        raise NotImplementedError("KerasModel.compile(weighted_metrics=...) is not supported: give metrics= "
+                                  "(unweighted, as Keras's metrics are).")
+    kwargs = {k: v for k, v in kwargs.items() if k != "weighted_metrics"}
+    if kwargs:
+        logger.warn("KerasModel.compile: %s only apply to the model's own Keras fit; kerastrainer's trainer "
+                    "runs its own steps per call.", sorted(kwargs))
+    return kwargs
+
+
+def _compile_keras_model(model: keras.Model, optimizer, loss, metrics, loss_weights, kwargs: dict) -> None:
+    """``model.compile`` with KerasModel's objects; a form Keras refuses (tensorpack's bare metric
+    name is made a list first) leaves the model uncompiled, with a warning naming it."""
+    if metrics is not None and not isinstance(metrics, (list, tuple, dict)):
+        metrics = [metrics]
+    try:
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics, loss_weights=loss_weights, **kwargs)
+    except (ValueError, TypeError) as e:
+        logger.warn("KerasModel.compile: the Keras model itself could not be compiled with these arguments (%s); "
+                    "KerasModel trains it, but model.evaluate / model.fit / the optimizer in model.save need "
+                    "model.compile(...).", e)
+
+
+def _check_verbose(verbose) -> int:
+    """Keras's ``verbose``: 'auto' (1), 0, 1 or 2."""
+    if verbose == "auto":
+        return 1
+    if isinstance(verbose, bool) or verbose not in (0, 1, 2):
+        raise ValueError(f"verbose must be 'auto', 0, 1 or 2 (as in Keras); got {verbose!r}.")
+    return int(verbose)
+
+
+def _default_callbacks(verbose: int) -> list:
+    """kerastrainer's default callbacks; the progress bar only with ``verbose=1``."""
+    cbs = DEFAULT_CALLBACKS()
+    return cbs if verbose == 1 else [c for c in cbs if not isinstance(c, ProgressBar)]
+
+
+def _default_monitors(verbose: int) -> list:
+    """kerastrainer's default monitors; the epoch summaries printed unless ``verbose=0``."""
+    mons = DEFAULT_MONITORS()
+    return mons if verbose else [m for m in mons if not isinstance(m, ScalarPrinter)]
+
+
+def _starting_epoch(initial_epoch: int, starting_epoch: Optional[int]) -> int:
+    """kerastrainer's 1-based first epoch from Keras's 0-based ``initial_epoch``."""
+    if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) or initial_epoch < 0:
+        raise ValueError(f"initial_epoch must be an int >= 0; got {initial_epoch!r}.")
+    if starting_epoch is not None and initial_epoch and starting_epoch != initial_epoch + 1:
+        raise ValueError(f"initial_epoch={initial_epoch} and starting_epoch={starting_epoch} disagree "
+                         "(starting_epoch = initial_epoch + 1); give one.")
+    return starting_epoch if starting_epoch is not None else int(initial_epoch) + 1
+
+
+def _check_validation(validation_steps, validation_data, validation_split, validation_freq) -> None:
+    if validation_steps is not None and (isinstance(validation_steps, bool) or
+                                         not isinstance(validation_steps, int) or validation_steps < 1):
+        raise ValueError(f"validation_steps must be a positive int or None; got {validation_steps!r}.")
+    if validation_steps is not None and validation_data is None and not validation_split:
+        raise ValueError("validation_steps was given without validation_data.")
+    if not 0.0 <= float(validation_split) < 1.0:
+        raise ValueError(f"validation_split must be in [0, 1); got {validation_split!r}.")
+    if isinstance(validation_freq, int) and not isinstance(validation_freq, bool):
+        if validation_freq < 1:
+            raise ValueError(f"validation_freq must be >= 1; got {validation_freq}.")
+    elif not (isinstance(validation_freq, (list, tuple, set)) and all(isinstance(e, int) for e in validation_freq)):
+        raise ValueError(f"validation_freq must be an int or a list of epochs (1-based); got {validation_freq!r}.")
+
+
+def _every_validation_epoch(runner: Callback, freq) -> Callback:
+    """The validation runner, on Keras's ``validation_freq`` epochs only (1-based epoch numbers)."""
+    if freq == 1:
+        return runner
+    if isinstance(freq, int):
+        return EnableCallbackIf(runner, lambda cb: cb.epoch_num % freq == 0)
+    epochs = {int(e) for e in freq}
+    return EnableCallbackIf(runner, lambda cb: cb.epoch_num in epochs)
 
 
 class KerasModel:
@@ -279,11 +392,17 @@ class KerasModel:
                 return
         self._compile_standard(*args, jit_compile=jit_compile, **kwargs)
 
-    def _compile_standard(self, optimizer, loss=None, metrics=None, loss_weights=None,
-                          jit_compile: Union[bool, str] = "auto") -> None:
+    def _compile_standard(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,
+                          jit_compile: Union[bool, str] = "auto", compile_keras: bool = True,
+                          **keras_kwargs) -> None:
         """Like ``keras.Model.compile``: a Keras optimizer (or its name; a ``tf.compat.v1.train``
         optimizer, as tensorpack's ``KerasModel`` took, becomes the Keras optimizer with the
-        same update rule), the loss(es), the metrics.
+        same update rule; Keras's default ``'rmsprop'`` when left out), the loss(es), the metrics.
+        The user's model is compiled with the same objects (``model.compile``), so after ``fit``
+        ``model.evaluate``, ``model.fit`` and ``model.save`` (optimizer state included) work.
+        Keras's other ``compile`` arguments: ``run_eagerly``, ``steps_per_execution`` and
+        ``auto_scale_loss`` are passed to the model's own compile only (kerastrainer's trainer
+        runs its own steps per call) and a warning says so; ``weighted_metrics`` raises.
 
         Losses and metrics may be Keras objects, functions or strings; a list or dict
         gives one per output. ``loss=None``, as in Keras 3: the model's own losses
@@ -298,11 +417,29 @@ class KerasModel:
             opt = translate_optimizer(opt)
         if not isinstance(opt, keras.optimizers.Optimizer):
             raise TypeError(f"compile(optimizer=...) needs a Keras optimizer or its name; got {type(optimizer).__name__}.")
+        keras_kwargs = _checked_compile_kwargs(keras_kwargs)
+        if compile_keras:  # the user's model stays a compiled Keras model, with the same objects
+            _compile_keras_model(self.model, opt, loss, metrics, loss_weights, keras_kwargs)
         self._optimizer = opt
         self._compile_args = dict(loss=loss, metrics=metrics, loss_weights=loss_weights)
         self._jit_compile = jit_compile
         self._objectives = None
         self._io = None
+
+    def _adopt_keras_compile(self) -> None:
+        """A model compiled by Keras (``model.compile``, or ``keras.models.load_model``) and not by
+        ``KerasModel.compile``: train with its optimizer (and its state), loss and metrics."""
+        model = self.model
+        if self._compile_args is not None or runs_own_step(model) or not getattr(model, "compiled", False):
+            return
+        cfg = dict(getattr(getattr(model, "_compile_config", None), "config", None) or {})
+        if getattr(model, "optimizer", None) is None:
+            return
+        if cfg.get("weighted_metrics"):
+            raise NotImplementedError("The model was compiled with weighted_metrics, which KerasModel does not "
+                                      "compute; compile it with metrics= instead.")
+        self._compile_standard(model.optimizer, cfg.get("loss"), cfg.get("metrics"), cfg.get("loss_weights"),
+                               jit_compile="auto", compile_keras=False)
 
     # --- describing the model -----------------------------------------------------------------
     def _prepare(self, data: KerasData) -> ModelIO:
@@ -317,7 +454,7 @@ class KerasModel:
             x = _zeros_like_specs(as_spec_list(self.input_signature, "input_signature"))
             y = _zeros_like_specs(as_spec_list(self.target_signature, "target_signature"))
         else:
-            x, y = _split_xy(data.first, hint)
+            x, y = _split_xy(_without_weights(data.first, model, hint), hint)
         x1 = _first_sample_batch(x)
         # the data against the model's declared inputs first: a clearer error than Keras' own
         ModelIO.from_model(model, x, None, ["output"], "single", {}, self.input_signature, None)
@@ -342,8 +479,9 @@ class KerasModel:
         self._objectives, self._io = objectives, io
         return io
 
-    def _make_desc(self, global_batch: bool = True) -> KerasModelDesc:
-        return KerasModelDesc(self.model, self._io, self._objectives, self._optimizer, global_batch=global_batch)
+    def _make_desc(self, io: Optional[ModelIO] = None, global_batch: bool = True) -> KerasModelDesc:
+        return KerasModelDesc(self.model, io or self._io, self._objectives, self._optimizer,
+                              global_batch=global_batch)
 
     def _new_trainer(self) -> Trainer:
         if self._fresh_trainer is not None:
@@ -369,58 +507,84 @@ class KerasModel:
         return len(devices) if devices else 1
 
     # --- fit ---------------------------------------------------------------------------------
-    def fit(self, validation_data=None, steps_per_epoch: Optional[int] = None, max_epoch: Optional[int] = None,
-            callbacks: Optional[Sequence] = None, session_init=None, batch_size: Optional[int] = None,
-            epochs: Optional[int] = None, input=None, shuffle: bool = True,  # noqa: A002
-            validation_batch_size: Optional[int] = None, starting_epoch: int = 1,
-            extra_callbacks: Optional[Sequence] = None, monitors: Optional[Sequence] = None,
-            shard: bool = True, validation_steps: Optional[int] = None) -> keras.callbacks.History:
-        """Train; returns a ``keras.callbacks.History`` (per-epoch means of the statistics).
+    def fit(self, x=None, y=None, batch_size: Optional[int] = None, epochs: int = _KERAS_EPOCHS,
+            verbose: Union[str, int] = "auto", callbacks: Optional[Sequence] = None,
+            validation_split: float = 0.0, validation_data=None, shuffle: bool = True,
+            class_weight: Optional[dict] = None, sample_weight=None, initial_epoch: int = 0,
+            steps_per_epoch: Optional[int] = None, validation_steps: Optional[int] = None,
+            validation_freq: Union[int, Sequence[int]] = 1, *, validation_batch_size: Optional[int] = None,
+            max_epoch: Optional[int] = None, session_init=None, input=None,  # noqa: A002
+            starting_epoch: Optional[int] = None, extra_callbacks: Optional[Sequence] = None,
+            monitors: Optional[Sequence] = None, shard: bool = True) -> keras.callbacks.History:
+        """Train, as ``keras.Model.fit``; returns a ``keras.callbacks.History`` (per-epoch means of
+        the statistics, ``val_*``, and the ``learning_rate`` each epoch trained with).
+
+        Keras's arguments mean what they mean in Keras: ``fit(x, y, batch_size, epochs, ...)``,
+        ``sample_weight`` (numpy; or ``(x, y, sample_weight)`` batches of a dataset) and
+        ``class_weight`` weight the loss exactly as Keras does (metrics stay unweighted);
+        ``validation_split`` holds out the last fraction of numpy data; ``initial_epoch`` is
+        the 0-based epoch to start at (kerastrainer's ``starting_epoch = initial_epoch + 1``);
+        ``validation_freq`` an int or a list of 1-based epochs; ``verbose``: 0 silent, 1 or
+        ``'auto'`` kerastrainer's progress bar and epoch summaries, 2 the epoch summaries only.
+
+        **The first positional argument** is Keras's ``x``, except when the constructor got
+        ``input=``: then it is tensorpack's ``validation_data`` (``fit(df_val)``), and a call
+        that also gives ``y`` or ``validation_data`` is ambiguous and raises.
+
+        tensorpack's keywords keep working beside Keras's: ``input`` (the data, as ``x``),
+        ``max_epoch`` (``epochs``), ``starting_epoch`` (``initial_epoch + 1``), ``session_init``,
+        ``extra_callbacks``, ``monitors``, ``shard``. ``epochs`` left out: 1, or ``TrainConfig``'s
+        default when the model was given tensorpack's way (an ``InputSource``, or a
+        ``get_model`` taking the inputs).
 
         Args:
-            validation_data: evaluated after every epoch (``val_loss``, ``val_<metric>``),
-                in any form ``input`` takes.
-            steps_per_epoch: defaults to one pass over the data (when its length is known).
-            max_epoch: the last epoch (``epochs`` is the Keras name); default 1, or
-                ``TrainConfig``'s default when the model was given tensorpack's way (an
-                ``InputSource``, or a ``get_model`` taking the inputs).
+            batch_size: the **global** batch for numpy inputs (default 32), split over the
+                replicas and, with several workers, over the workers (Keras's rule); batched
+                sources (``tf.data``, ``PyDataset``, DataFlow) give global batches too.
             callbacks: kerastrainer callbacks and ``keras.callbacks`` objects, mixed.
             session_init: weights to start from: a kerastrainer checkpoint (or its log
                 directory), or anything ``SmartInit`` takes.
-            batch_size: the global batch for numpy inputs (default 32), split over the
-                replicas and, with several workers, over the workers.
-            input: the training data, if not given to the constructor.
-            starting_epoch: the number of the first epoch (``initial_epoch + 1`` in Keras).
             shard: with several workers, each reads its own part of the data: every
                 ``size``-th sample of numpy arrays (``batch_size / size`` a step),
                 ``Dataset.shard`` of a ``tf.data.Dataset``, every ``size``-th batch of a
-                DataFlow or PyDataset. ``shard=False``: every worker reads all the data
-                (shard it yourself, e.g. with ``shard_dataflow``).
+                DataFlow or PyDataset. ``shard=False``: every worker reads all the data.
             validation_steps: validate on the first that many batches of ``validation_data``
                 (a generator reads on: the next ones each epoch); default all of it.
 
         With several replicas the training metrics (``accuracy``...; not the loss) are
         computed on the first replica's part of each step's batches; ``val_*`` cover the
         whole validation data.
+
+        Example::
+
+            km = KerasModel(model)
+            km.compile('adam', 'sparse_categorical_crossentropy', metrics=['accuracy'])
+            history = km.fit(x_train, y_train, batch_size=64, epochs=5, validation_split=0.1,
+                             class_weight={0: 1.0, 1: 5.0})
+            history.history['learning_rate']
         """
-        if validation_steps is not None and (isinstance(validation_steps, bool) or
-                                             not isinstance(validation_steps, int) or validation_steps < 1):
-            raise ValueError(f"validation_steps must be a positive int or None; got {validation_steps!r}.")
-        if validation_steps is not None and validation_data is None:
-            raise ValueError("validation_steps was given without validation_data.")
-        if max_epoch is not None and epochs is not None and max_epoch != epochs:
-            raise ValueError("Give max_epoch or epochs, not both.")
-        if max_epoch is None:
-            max_epoch = epochs if epochs is not None else (None if self._tensorpack_form else 1)
-        data_arg = input if input is not None else self.input
+        self._adopt_keras_compile()
+        data_arg, validation_data = self._read_positional(x, y, input, validation_data)
         if data_arg is None:
-            raise ValueError("KerasModel.fit has no data: give input= to KerasModel(...) or to fit().")
+            raise ValueError("KerasModel.fit has no data: give fit(x, y), or input= to KerasModel(...).")
+        max_epoch = self._max_epoch(epochs, max_epoch)
+        starting_epoch = _starting_epoch(initial_epoch, starting_epoch)
+        verbose = _check_verbose(verbose)
+        _check_validation(validation_steps, validation_data, validation_split, validation_freq)
+        if extra_callbacks is None:
+            extra_callbacks = _default_callbacks(verbose)
+        if monitors is None:
+            monitors = _default_monitors(verbose)
+        data_arg, validation_data = self._weighted_data(data_arg, sample_weight, class_weight,
+                                                        validation_split, validation_data)
         trainer = self._new_trainer()
         rank, size = _worker_rank_size(trainer)
+        run = dict(steps_per_epoch=steps_per_epoch, max_epoch=max_epoch, callbacks=callbacks,
+                   session_init=session_init, starting_epoch=starting_epoch, extra_callbacks=extra_callbacks,
+                   monitors=monitors, verbose=verbose, validation_freq=validation_freq)
         if isinstance(data_arg, InputSource):
-            return self._fit_input_source(data_arg, trainer, validation_data, steps_per_epoch, max_epoch,
-                                          callbacks, session_init, starting_epoch, extra_callbacks, monitors,
-                                          validation_batch_size or batch_size, validation_steps)
+            return self._fit_input_source(data_arg, trainer, validation_data, validation_batch_size or batch_size,
+                                          validation_steps, **run)
         if size > 1 and shard:
             data_arg, batch_size = _shard(data_arg, batch_size, rank, size)
             logger.info("KerasModel: worker %d of %d reads its shard of the data%s.", rank, size,
@@ -430,30 +594,106 @@ class KerasModel:
             data = KerasData(data.kind, shard_dataflow(data.source, rank, size), data.first,
                              None if data.steps is None else data.steps // size)
         if runs_own_step(self.model):
-            return self._fit_own_step(trainer, data, validation_data, steps_per_epoch, max_epoch, callbacks,
-                                      session_init, starting_epoch, extra_callbacks, monitors)
-        io = self._prepare(data)
-        n_rep = self._replicas(trainer)
+            if validation_freq != 1:
+                raise NotImplementedError("fit(validation_freq=...) for a model that runs its own train_step.")
+            run.pop("validation_freq")
+            return self._fit_own_step(trainer, data, validation_data, **run)
+        val = None
+        if validation_data is not None:
+            val = as_keras_data(validation_data, batch_size=validation_batch_size or batch_size, shuffle=False)
+        io = self._weighted_io(self._prepare(data), data, val)
         flatten = _flattener(io)
-        source, steps = data.make_input(flatten, n_rep)
+        source, steps = data.make_input(flatten, self._replicas(trainer))
         source = staged_on_gpus(source)
-        if steps_per_epoch is None:
+        if run["steps_per_epoch"] is None:
             if steps is None:
                 raise ValueError("steps_per_epoch is unknown: the data does not know its length. Give "
                                  "fit(steps_per_epoch=...).")
-            steps_per_epoch = steps
-        desc = self._make_desc()
+            run["steps_per_epoch"] = steps
+        desc = self._make_desc(io)
         val_flow = None
-        if validation_data is not None:
-            val = as_keras_data(validation_data, batch_size=validation_batch_size or batch_size, shuffle=False)
+        if val is not None:
             val_flow = val.flat_dataflow(flatten, with_share=True)
             if validation_steps is not None:
                 val_flow = _FirstBatches(val_flow, validation_steps)
-        return self._launch(trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
-                            starting_epoch, extra_callbacks, monitors)
+        return self._launch(trainer, desc, source, val_flow, **run)
 
-    def _fit_own_step(self, trainer, data: KerasData, validation_data, steps_per_epoch, max_epoch, callbacks,
-                      session_init, starting_epoch, extra_callbacks, monitors) -> keras.callbacks.History:
+    def _read_positional(self, x, y, input_kw, validation_data):  # noqa: A002
+        """``(training data, validation data)`` from fit's first arguments (see :meth:`fit`)."""
+        if x is not None and self.input is not None and input_kw is None:
+            if y is not None or validation_data is not None:
+                raise ValueError(
+                    "KerasModel.fit(x, ...) is ambiguous: KerasModel(input=...) already holds the training data, "
+                    "so fit's first positional argument is tensorpack's validation_data; yet y= or "
+                    "validation_data= was given too. Give the data once: KerasModel(model).fit(x, y, "
+                    "validation_data=...) (Keras's way) or KerasModel(model, input=...).fit(validation_data=...).")
+            return self.input, x
+        if x is not None and input_kw is not None:
+            raise ValueError("KerasModel.fit got both x and input=: give the training data once.")
+        if x is None and y is not None:
+            raise ValueError("KerasModel.fit got y without x.")
+        data = input_kw if input_kw is not None else (x if x is not None else self.input)
+        if y is not None:
+            data = (x, y)
+        return data, validation_data
+
+    def _max_epoch(self, epochs, max_epoch: Optional[int]) -> Optional[int]:
+        """The last epoch: ``epochs`` (Keras) or ``max_epoch`` (tensorpack); None: TrainConfig's."""
+        given = epochs is not _KERAS_EPOCHS
+        if max_epoch is not None and given and max_epoch != epochs:
+            raise ValueError(f"Give max_epoch or epochs, not both (got {max_epoch} and {epochs}).")
+        if max_epoch is not None:
+            return max_epoch
+        if given:
+            return int(epochs)
+        return None if self._tensorpack_form else 1
+
+    def _weighted_data(self, data, sample_weight, class_weight, validation_split, validation_data):
+        """The training data with its sample weights (``sample_weight``, ``class_weight``) and the
+        validation data, after Keras's ``validation_split``."""
+        if class_weight is not None and sample_weight is not None:
+            raise ValueError("You cannot give class_weight and sample_weight at the same time (as in Keras).")
+        if class_weight is not None and not isinstance(class_weight, dict):
+            raise TypeError(f"class_weight must be a dict {{class index: weight}}; got {type(class_weight).__name__}.")
+        packed = data
+        arrays = isinstance(packed, tuple) and len(packed) in (2, 3) and _is_arrays(packed[0])
+        if arrays:
+            xa, ya = packed[0], packed[1]
+            sw = packed[2] if len(packed) == 3 else sample_weight
+            if len(packed) == 3 and sample_weight is not None:
+                raise ValueError("sample_weight was given twice: in the data (x, y, sw) and as sample_weight=.")
+        elif sample_weight is not None:
+            raise ValueError(f"sample_weight= applies to numpy arrays (as in Keras); a {type(packed).__name__} "
+                             "carries its own weights: yield (x, y, sample_weight) batches.")
+        if validation_split:
+            if not arrays:
+                split_validation(packed, None, None, validation_split)  # raises Keras's error
+            train, held_out = split_validation(xa, ya, sw, validation_split)
+            if validation_data is None:
+                validation_data = tuple(v for v in held_out if v is not None)
+            else:
+                logger.warn("KerasModel.fit: validation_split=%s is not used: validation_data was given "
+                            "(Keras's rule).", validation_split)
+            xa, ya, sw = train
+        if not arrays:
+            return (apply_class_weight(packed, class_weight) if class_weight is not None else packed), \
+                validation_data
+        if class_weight is not None:
+            if isinstance(ya, (list, tuple, dict)):
+                raise ValueError("class_weight is not supported for a model with several targets (as in Keras): "
+                                 "give sample_weight instead.")
+            sw = class_weights_of(ya, class_weight)
+        return ((xa, ya) if sw is None else (xa, ya, sw)), validation_data
+
+    def _weighted_io(self, io: ModelIO, data: KerasData, val: Optional[KerasData]) -> ModelIO:
+        """``io`` with sample-weight inputs when the training or validation data carries weights."""
+        for kd in (data, val):
+            first = None if kd is None else kd.first
+            if isinstance(first, (list, tuple)) and _is_weighted_point(first, io):
+                return io.with_sample_weights(first[2])
+        return io
+
+    def _fit_own_step(self, trainer, data: KerasData, validation_data, **run) -> keras.callbacks.History:
         """A model that runs its own ``train_step`` (see :mod:`.own_step`)."""
         model = self.model
         if not self._own_step_compiled:
@@ -467,23 +707,21 @@ class KerasModel:
         # (an unbuilt model builds in the trainer's first trace of its step, on the trainer's strategy)
         desc = KerasOwnStepDesc(model, data.first)
         source, steps = data.make_input(desc.flatten, self._replicas(trainer))
-        if steps_per_epoch is None:
+        if run["steps_per_epoch"] is None:
             if steps is None:
                 raise ValueError("steps_per_epoch is unknown: the data does not know its length. Give "
                                  "fit(steps_per_epoch=...).")
-            steps_per_epoch = steps
+            run["steps_per_epoch"] = steps
         source = staged_on_gpus(source)
         self._own_desc = desc
-        cbs = [ResetKerasMetrics(model)] + list(callbacks or [])
-        return self._launch(trainer, desc, source, None, steps_per_epoch, max_epoch, cbs, session_init,
-                            starting_epoch, extra_callbacks, monitors)
+        run["callbacks"] = [ResetKerasMetrics(model)] + list(run["callbacks"] or [])
+        return self._launch(trainer, desc, source, None, **run)
 
-    def _fit_input_source(self, source: InputSource, trainer, validation_data, steps_per_epoch, max_epoch,
-                          callbacks, session_init, starting_epoch, extra_callbacks, monitors, val_batch_size,
-                          validation_steps=None):
+    def _fit_input_source(self, source: InputSource, trainer, validation_data, val_batch_size,
+                          validation_steps=None, **run):
         """tensorpack's contract: the InputSource feeds each replica its own flat batch."""
         self._prepare(None)
-        desc = self._make_desc(global_batch=False)
+        desc = self._make_desc(self._io, global_batch=False)
         val_flow = None
         if validation_data is not None:
             if isinstance(validation_data, InputSource):
@@ -494,11 +732,11 @@ class KerasModel:
             if validation_steps is not None:
                 val_flow = _FirstBatches(val_flow, validation_steps)
         # steps_per_epoch None: TrainConfig takes the InputSource's size per tower
-        return self._launch(trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
-                            starting_epoch, extra_callbacks, monitors)
+        return self._launch(trainer, desc, source, val_flow, **run)
 
     def _launch(self, trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
-                starting_epoch, extra_callbacks, monitors) -> keras.callbacks.History:
+                starting_epoch, extra_callbacks, monitors, verbose: int = 0,
+                validation_freq=1) -> keras.callbacks.History:
         replicas = self._replicas(trainer) * _worker_rank_size(trainer)[1]
         metrics = [n for ms in self._objectives.metrics.values() for n, _ in ms] if self._objectives else []
         if replicas > 1 and metrics:  # the loss is averaged over the replicas; the metrics are not
@@ -507,14 +745,16 @@ class KerasModel:
                         metrics, replicas)
         cbs: List = []
         if val_flow is not None:
-            cbs.append(InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val")))
+            cbs.append(_every_validation_epoch(InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val")),
+                                               validation_freq))
         history = keras.callbacks.History()
-        user = wrap_keras_callbacks(callbacks, self.model)
+        user = wrap_keras_callbacks(callbacks, self.model, verbose=verbose)
         if SHARE_SPEC.name in desc.input_names and self._io is not None:
-            _share_for_runners(user, _flattener(self._io))
+            _share_for_runners(user, _flattener(getattr(desc, "io", None) or self._io))
         # Keras callbacks after the validation so that their logs hold val_* statistics
         cbs += [c for c in user if not isinstance(c, KerasCallback)]
-        cbs += [c for c in user if isinstance(c, KerasCallback)] + [KerasCallback(history, self.model)]
+        cbs += [c for c in user if isinstance(c, KerasCallback)]
+        cbs.append(KerasCallback(history, self.model, log_learning_rate=True, verbose=verbose))
 
         config = TrainConfig(model=desc, data=source, callbacks=cbs,
                              extra_callbacks=extra_callbacks if extra_callbacks is not None else DEFAULT_CALLBACKS(),
@@ -528,6 +768,7 @@ class KerasModel:
         finally:
             self._release_strategy()
         self.history = history
+        self.model.history = history  # as after keras.Model.fit
         return history
 
     def _release_strategy(self) -> None:
@@ -544,23 +785,55 @@ class KerasModel:
                 rekey_optimizer(opt)
 
     # --- evaluate / predict --------------------------------------------------------------------
-    def evaluate(self, data=None, batch_size: Optional[int] = None, steps: Optional[int] = None) -> dict:
-        """Mean loss and metrics over the data (``{'loss': ..., 'accuracy': ...}``), in inference mode.
+    def evaluate(self, x=None, y=None, batch_size: Optional[int] = None, verbose: Union[str, int] = "auto",
+                 sample_weight=None, steps: Optional[int] = None, callbacks: Optional[Sequence] = None,
+                 return_dict: bool = False, *, data=None):
+        """Mean loss and metrics over the data, in inference mode, as ``keras.Model.evaluate``:
+        a scalar (the loss alone) or a list ``[loss, metrics...]`` in Keras's order, or a dict
+        with ``return_dict=True``. Batches are weighted by their size (a short last batch does
+        not skew the means); ``sample_weight`` weights the loss as Keras does.
 
-        ``data`` takes the forms ``input`` does. Batches are weighted by their size, so a
-        short last batch does not skew the means.
+        **Keras's return needs ``y``**: ``evaluate(x, y)`` returns Keras's scalar or list.
+        kerastrainer's packed form, the data as one argument and no ``y`` (``evaluate((x, y))``,
+        a ``tf.data.Dataset``, a generator, a DataFlow, ``x`` alone for a model with no target,
+        or ``data=``), keeps returning its dict, as before (``make_parallel``'s models and
+        existing programs read it); give ``return_dict=True`` to be explicit. ``verbose``: 0
+        silent, else one summary line is logged. ``callbacks`` are not run (an error says so).
+
+        Example::
+
+            loss, acc = km.evaluate(x_test, y_test, verbose=0)
+            km.evaluate(x_test, y_test, return_dict=True)    # {'loss': ..., 'accuracy': ...}
         """
-        data_arg = data if data is not None else self.input
+        if callbacks:
+            raise NotImplementedError("KerasModel.evaluate(callbacks=...) is not supported: evaluate runs no "
+                                      "callback hooks. Call keras.Model.evaluate on km.model for them.")
+        verbose = _check_verbose(verbose)
+        packed = data is not None or y is None  # kerastrainer's evaluate(data) form: its dict
+        data_arg = data if data is not None else ((x, y) if y is not None else x)
         if data_arg is None:
-            raise ValueError("KerasModel.evaluate needs data.")
+            data_arg = self.input
+        if data_arg is None:
+            raise ValueError("KerasModel.evaluate needs data: evaluate(x, y).")
+        self._adopt_keras_compile()
         if overridden(self.model, "test_step") or runs_own_step(self.model):
-            return self._evaluate_with_keras(data_arg, batch_size, steps)
+            logs = self._evaluate_with_keras(data_arg, batch_size, steps, sample_weight)
+        else:
+            logs = self._evaluate_stats(data_arg, batch_size, steps, sample_weight)
+        if verbose:
+            logger.info("KerasModel.evaluate: %s", " - ".join(f"{k}: {v:.4f}" for k, v in logs.items()))
+        if return_dict or packed:
+            return logs
+        return _keras_result(logs)
+
+    def _evaluate_stats(self, data_arg, batch_size: Optional[int], steps: Optional[int], sample_weight) -> dict:
+        """``{statistic: mean}`` over the data (KerasModel's own compiled loss and metrics)."""
         if isinstance(data_arg, InputSource):
             raise TypeError("evaluate needs data it can read in Python (arrays, a DataFlow, a tf.data.Dataset), "
                             f"not a {type(data_arg).__name__}.")
-        kd = as_keras_data(data_arg, batch_size=batch_size, shuffle=False)
-        io = self._prepare(kd)
-        desc = self._make_desc()
+        kd = as_keras_data(data_arg, batch_size=batch_size, shuffle=False, sample_weight=sample_weight)
+        io = self._weighted_io(self._prepare(kd), kd, None)
+        desc = self._make_desc(io)
         signature = desc.inputs()
         names = desc.stat_names
 
@@ -585,7 +858,8 @@ class KerasModel:
             raise ValueError("evaluate: the data produced no batch.")
         return {n: float(s / count) for n, s in zip(names, sums)}
 
-    def _evaluate_with_keras(self, data, batch_size: Optional[int], steps: Optional[int]) -> dict:
+    def _evaluate_with_keras(self, data, batch_size: Optional[int], steps: Optional[int],
+                             sample_weight=None) -> dict:
         """The model's own ``evaluate`` (its ``test_step``), on the data forms ``evaluate`` takes."""
         if isinstance(data, InputSource):
             raise TypeError("evaluate needs data it can read in Python (arrays, a DataFlow, a tf.data.Dataset), "
@@ -597,7 +871,7 @@ class KerasModel:
             return self.model.evaluate(gen, **kw)
         if isinstance(data, tuple) and len(data) in (2, 3) and not isinstance(data[0], tf.data.Dataset):
             return self.model.evaluate(data[0], data[1], batch_size=batch_size,
-                                       sample_weight=data[2] if len(data) == 3 else None, **kw)
+                                       sample_weight=data[2] if len(data) == 3 else sample_weight, **kw)
         return self.model.evaluate(data, batch_size=batch_size, **kw)
 
     def predict(self, x, batch_size: Optional[int] = None):
@@ -612,6 +886,14 @@ def _to_spec(c, spec: tf.TensorSpec, index: int, n_inputs: int) -> tf.Tensor:
     want = spec.dtype.as_numpy_dtype if spec.dtype != tf.string else None
     arr = cast_exactly(c, want, what, InputSourceError) if want is not None else c
     return tf.convert_to_tensor(arr, dtype=spec.dtype)
+
+
+def _keras_result(logs: dict):
+    """``keras.Model.evaluate``'s return: the loss alone, or ``[loss, metrics..., per-output losses...]``."""
+    names = ["loss"] + [n for n in logs if n != "loss" and not n.endswith("_loss")] + \
+        [n for n in logs if n != "loss" and n.endswith("_loss")]
+    values = [logs[n] for n in names if n in logs]
+    return values[0] if len(values) == 1 else values
 
 
 def _share_for_runners(callbacks: Sequence, flatten: Callable) -> None:

@@ -179,17 +179,23 @@ class Objectives:
         """Whether any output has a compiled loss (else only the model's ``add_loss`` losses count)."""
         return any(self.has_loss.values())
 
-    def compute(self, y_true: Dict[str, tf.Tensor],
-                y_pred: Dict[str, tf.Tensor]) -> Tuple[Optional[tf.Tensor], Dict[str, tf.Tensor]]:
+    def compute(self, y_true: Dict[str, tf.Tensor], y_pred: Dict[str, tf.Tensor],
+                sample_weight: Optional[Dict[str, tf.Tensor]] = None
+                ) -> Tuple[Optional[tf.Tensor], Dict[str, tf.Tensor]]:
         """``(weighted sum of the output losses, {statistic name: scalar})`` for one batch; the sum
-        is None when no output has a loss."""
+        is None when no output has a loss. ``sample_weight`` (per output) weights each loss as
+        ``keras.Model.fit`` does (the loss's own reduction); metrics are unweighted, as Keras's
+        ``metrics`` (not ``weighted_metrics``) are."""
+        sample_weight = sample_weight or {}
         total = None
         stats = {}
         multi = len(self.output_names) > 1
         for o in self.output_names:
             if o not in self.losses:
                 continue
-            value = self.losses[o](y_true[o], y_pred[o])
+            sw = sample_weight.get(o)
+            value = self.losses[o](y_true[o], y_pred[o]) if sw is None else \
+                self.losses[o](y_true[o], y_pred[o], sample_weight=sw)
             if self._keras_scaled[o]:
                 value = _internals.unscale_loss_for_distribution(value)  # the per-replica mean; the trainer averages replicas
             value = tf.cast(value, tf.float32)

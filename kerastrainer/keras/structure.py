@@ -18,6 +18,7 @@ Example::
 """
 from __future__ import annotations
 
+import copy
 import re
 from typing import Dict, List, Optional, Sequence
 
@@ -96,6 +97,49 @@ class ModelIO:
         self.output_kind = output_kind
         self.target_specs = target_specs
         self.target_outputs = target_outputs  # the output each target belongs to
+        self.weight_specs: List[tf.TensorSpec] = []  # one sample weight per target, when weighted
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the flat batches carry sample weights (``[inputs..., targets..., weights...]``)."""
+        return bool(self.weight_specs)
+
+    def with_sample_weights(self, first_sw=None) -> "ModelIO":
+        """A copy whose flat batches end with one sample weight per target (Keras applies one
+        ``sample_weight`` array to every output's loss; a list or dict gives one per output).
+
+        Example::
+
+            io.with_sample_weights(sw[:1]).signature[-1].name   # 'dense_sample_weight'
+        """
+        out = copy.copy(self)
+        taken = set(self.input_names + self.target_names)
+        specs = []
+        per_output = self._flat_w(first_sw) if first_sw is not None else [None] * len(self.target_outputs)
+        for o, w in zip(self.target_outputs, per_output):
+            name = _safe_name(f"{o}_sample_weight")
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            shape = (None,) + (_shape_of(w)[1:] if w is not None else ())
+            specs.append(tf.TensorSpec(shape, tf.float32, name=name))
+        out.weight_specs = specs
+        return out
+
+    def _flat_w(self, sw) -> list:
+        """One sample-weight array per target: ``sw`` itself for all, or a list / dict per output."""
+        n = len(self.target_outputs)
+        if isinstance(sw, dict):
+            return [sw.get(o) for o in self.target_outputs]
+        if isinstance(sw, (list, tuple)):
+            if len(sw) == n:
+                return list(sw)
+            if len(sw) == len(self.output_names):
+                pos = {o: i for i, o in enumerate(self.output_names)}
+                return [sw[pos[o]] for o in self.target_outputs]
+            raise KerasSignatureError(f"sample_weight has {len(sw)} arrays; give one array for every output, "
+                                      f"or one per output with a loss: {self.target_outputs}.")
+        return [sw] * n
 
     # --- names -------------------------------------------------------------------------------
     @property
@@ -108,7 +152,7 @@ class ModelIO:
 
     @property
     def signature(self) -> List[tf.TensorSpec]:
-        return list(self.input_specs) + list(self.target_specs)
+        return list(self.input_specs) + list(self.target_specs) + list(self.weight_specs)
 
     # --- packing -----------------------------------------------------------------------------
     def pack_inputs(self, flat_inputs: Sequence):
@@ -281,8 +325,38 @@ def _model_inputs(model):
     return "single", None, tensors
 
 
+def _ones_for(batch):
+    """Sample weights of 1 for a batch of numpy arrays or tensors (data without weights)."""
+    if tf.is_tensor(batch):
+        return tf.ones(tf.shape(batch)[:1], tf.float32)
+    return np.ones(len(batch), np.float32)
+
+
+def _weights(io: ModelIO, flat: list, sw) -> list:
+    """``flat`` followed by one float32 weight per target when ``io`` is weighted."""
+    if not io.weighted:
+        if sw is not None:
+            raise KerasSignatureError("A datapoint (x, y, sample_weight) was given to a model described "
+                                      "without sample weights.")
+        return flat
+    per = io._flat_w(sw) if sw is not None else [None] * len(io.target_outputs)
+    out = []
+    for w in per:
+        if w is None:
+            w = _ones_for(flat[0])
+        out.append(tf.cast(w, tf.float32) if tf.is_tensor(w) else np.asarray(w, np.float32))
+    return flat + out
+
+
+def _is_weighted_point(dp, io: ModelIO) -> bool:
+    """Whether a 3-component datapoint is Keras's ``(x, y, sample_weight)`` (not a flat list)."""
+    n_flat = len(io.input_specs) + len(io.target_outputs)
+    return len(dp) == 3 and (n_flat != 3 or any(_is_structure(c) for c in dp))
+
+
 def flatten_xy(dp, io: ModelIO) -> list:
-    """The flat ``[inputs..., targets...]`` of one datapoint (numpy arrays or tensors)."""
+    """The flat ``[inputs..., targets...(, weights...)]`` of one datapoint (numpy arrays or tensors):
+    ``(x, y)``, ``(x, y, sample_weight)``, ``(x,)``, a flat list or a dict."""
     n_in, n_t = len(io.input_specs), len(io.target_outputs)
     if isinstance(dp, dict):
         keys = io.input_keys or io.input_names
@@ -292,19 +366,20 @@ def flatten_xy(dp, io: ModelIO) -> list:
         missing = [k for k in keys if k not in x] + [o for o in io.target_outputs if o not in y]
         if missing:
             raise KerasSignatureError(f"A dict datapoint with keys {sorted(dp)} lacks {missing}.")
-        return io._flat_x(x) + io._flat_y(y)
+        return _weights(io, io._flat_x(x) + io._flat_y(y), None)
     if not isinstance(dp, (list, tuple)):
-        raise KerasSignatureError(f"A datapoint must be (x, y), a flat list [inputs..., targets...] or a dict; "
-                                  f"got a {type(dp).__name__}.")
+        raise KerasSignatureError(f"A datapoint must be (x, y), (x, y, sample_weight), a flat list "
+                                  f"[inputs..., targets...] or a dict; got a {type(dp).__name__}.")
     if len(dp) == 2 and (n_in + n_t != 2 or _is_structure(dp[0]) or _is_structure(dp[1])):
-        return io._flat_x(dp[0]) + io._flat_y(dp[1])
+        return _weights(io, io._flat_x(dp[0]) + io._flat_y(dp[1]), None)
     if len(dp) == 1 and (n_in != 1 or _is_structure(dp[0])):  # (x,): inputs only
-        return io._flat_x(dp[0]) + io._flat_y(None)
+        return _weights(io, io._flat_x(dp[0]) + io._flat_y(None), None)
     if len(dp) == n_in + n_t and not any(_is_structure(c) for c in dp):
-        return list(dp)
-    if len(dp) == 3 and n_in + n_t != 3:
-        raise KerasSignatureError("A datapoint (x, y, sample_weight) was given: sample weights are not supported "
-                                  "by KerasModel. Give (x, y).")
+        return _weights(io, list(dp), None)
+    if _is_weighted_point(dp, io):
+        return _weights(io, io._flat_x(dp[0]) + io._flat_y(dp[1]), dp[2])
+    if io.weighted and len(dp) == n_in + 2 * n_t and not any(_is_structure(c) for c in dp):
+        return list(dp)  # flat, weights included
     raise KerasSignatureError(
-        f"A datapoint has {len(dp)} components; expected (x, y) or a flat list of the {n_in} inputs "
-        f"{io.input_names} and the {n_t} targets {io.target_names}.")
+        f"A datapoint has {len(dp)} components; expected (x, y), (x, y, sample_weight) or a flat list of "
+        f"the {n_in} inputs {io.input_names} and the {n_t} targets {io.target_names}.")

@@ -21,10 +21,14 @@
   one step per call (slower); ``TerminateOnNaN`` and ``ModelCheckpoint`` with
   ``save_freq='epoch'`` are checked once per call instead.
 
-Not supported (a clear error says what to use instead): ``TensorBoard``
-(kerastrainer's ``TFEventWriter`` monitor), ``BackupAndRestore``
-(``AutoResumeTrainConfig`` + ``ModelSaver``), ``ProgbarLogger`` (``ProgressBar``),
-``SwapEMAWeights``. Keras' ``on_test_*`` / ``on_predict_*`` hooks are not called.
+``keras.callbacks.TensorBoard(log_dir)`` writes its own event files under its
+``log_dir`` (``train/`` and ``validation/``, as in ``keras.Model.fit``), beside
+kerastrainer's ``TFEventWriter`` events in the log directory; it runs on the chief
+only. ``ProgbarLogger`` prints Keras's bar (``params['verbose']`` is 1).
+
+Not supported (a clear error says what to use instead): ``BackupAndRestore``
+(``AutoResumeTrainConfig`` + ``ModelSaver``), ``SwapEMAWeights``. Keras'
+``on_test_*`` / ``on_predict_*`` hooks are not called.
 
 Example::
 
@@ -47,9 +51,7 @@ __all__ = ["KerasCallback", "wrap_keras_callbacks"]
 _BATCH_HOOKS = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_train_batch_end")
 
 _UNSUPPORTED = {
-    "TensorBoard": "kerastrainer writes TensorBoard events itself (the TFEventWriter monitor, on by default)",
     "BackupAndRestore": "use AutoResumeTrainConfig with ModelSaver() to resume interrupted runs",
-    "ProgbarLogger": "kerastrainer's ProgressBar callback is on by default",
     "SwapEMAWeights": "it swaps weights inside Keras' own fit loop, which kerastrainer does not run",
 }
 
@@ -130,7 +132,8 @@ class KerasCallback(Callback):
         KerasCallback(keras.callbacks.ReduceLROnPlateau('val_loss', factor=0.5, patience=1))
     """
 
-    def __init__(self, callback: keras.callbacks.Callback, keras_model: Optional[keras.Model] = None):
+    def __init__(self, callback: keras.callbacks.Callback, keras_model: Optional[keras.Model] = None,
+                 log_learning_rate: bool = False, verbose: int = 0):
         if isinstance(callback, Callback):
             raise TypeError(f"{callback} is already a kerastrainer callback; use it directly.")
         if not isinstance(callback, keras.callbacks.Callback):
@@ -142,7 +145,12 @@ class KerasCallback(Callback):
         self.keras_model = keras_model
         self.every_batch = _overrides_batch_hooks(callback) and not _checked_per_call(callback)
         # file writers run on the chief only; the rest must stop or change the LR on every worker
-        self.chief_only = isinstance(callback, (keras.callbacks.CSVLogger, keras.callbacks.ModelCheckpoint))
+        self.chief_only = isinstance(callback, (keras.callbacks.CSVLogger, keras.callbacks.ModelCheckpoint,
+                                                keras.callbacks.TensorBoard))
+        # the learning rate an epoch trained with, in its logs (KerasModel's History, as Keras 3 logs it)
+        self.log_learning_rate = bool(log_learning_rate)
+        self.verbose = int(verbose)
+        self._learning_rate: Optional[float] = None
         self._sums: Dict[str, float] = {}
         self._steps = 0
         self.last_logs: Dict[str, float] = {}
@@ -187,12 +195,23 @@ class KerasCallback(Callback):
 
     def _before_train(self):
         t = self.trainer
-        self.callback.set_params({"epochs": t.max_epoch, "steps": t.steps_per_epoch, "verbose": 0})
+        verbose = 1 if isinstance(self.callback, keras.callbacks.ProgbarLogger) else self.verbose
+        self.callback.set_params({"epochs": t.max_epoch, "steps": t.steps_per_epoch, "verbose": verbose})
         self._model.stop_training = False
         self.callback.on_train_begin({})
         self._check_stop()
 
+    def _current_learning_rate(self) -> Optional[float]:
+        opt = getattr(getattr(self.trainer, "optimizer", None), "inner_optimizer",
+                      getattr(self.trainer, "optimizer", None))
+        try:
+            return float(np.asarray(opt.learning_rate))
+        except (AttributeError, TypeError, ValueError):
+            return None  # no Keras optimizer, or not one number
+
     def _before_epoch(self):
+        if self.log_learning_rate:  # after the schedulers' on_epoch_begin (they come first)
+            self._learning_rate = self._current_learning_rate()
         self._sums, self._steps = {}, 0
         self.callback.on_epoch_begin(self.epoch_num - 1, {})
         if self.every_batch:
@@ -215,6 +234,8 @@ class KerasCallback(Callback):
     def _trigger_epoch(self):
         logs = self._running_logs()
         logs.update(self._validation_logs())
+        if self.log_learning_rate and self._learning_rate is not None:
+            logs.setdefault("learning_rate", self._learning_rate)
         self.last_logs = logs
         self.callback.on_epoch_end(self.epoch_num - 1, logs)
         self._check_stop()
@@ -226,14 +247,15 @@ class KerasCallback(Callback):
         return f"KerasCallback({type(self.callback).__name__})"
 
 
-def wrap_keras_callbacks(callbacks, keras_model: Optional[keras.Model] = None) -> list:
-    """kerastrainer callbacks from a list mixing them with Keras callbacks (which get wrapped)."""
+def wrap_keras_callbacks(callbacks, keras_model: Optional[keras.Model] = None, verbose: int = 0) -> list:
+    """kerastrainer callbacks from a list mixing them with Keras callbacks (which get wrapped;
+    ``verbose`` is their ``params['verbose']``)."""
     out = []
     for i, cb in enumerate(callbacks or []):
         if isinstance(cb, Callback):
             out.append(cb)
         elif isinstance(cb, keras.callbacks.Callback):
-            out.append(KerasCallback(cb, keras_model))
+            out.append(KerasCallback(cb, keras_model, verbose=verbose))
         else:
             raise TypeError(f"callbacks[{i}] is a {type(cb).__name__}: give kerastrainer callbacks or "
                             "keras.callbacks.Callback objects.")
