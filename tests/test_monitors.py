@@ -291,6 +291,24 @@ def test_learning_rate_and_tower_summaries_reach_stats_tensorboard_and_table(tf,
     assert sum(m.startswith("Estimated time left") for m in kt_log.messages) == 2   # after epochs 1, 2 of 3
 
 
+def test_tower_summaries_survive_a_keras_tensorboard_callback_in_the_same_process(tf, logdir, tmp_path):  # noqa: F811
+    # Keras's TensorBoard callback loads TensorBoard's tf.summary, a new module object: the tower's
+    # tf.summary.scalar calls once went to it, unrouted, and the statistic was lost without a word
+    import keras
+    import numpy as np
+    from _models import LinearData
+    from kerastrainer import SimpleTrainer, TrainConfig, launch_train_with_config
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    model.fit(np.zeros((8, 4)), np.zeros((8, 1)), epochs=1, verbose=0,
+              callbacks=[keras.callbacks.TensorBoard(str(tmp_path / "tb"))])
+    logger.set_logger_dir(logdir)
+    launch_train_with_config(TrainConfig(model=_summary_model(), dataflow=LinearData(num_batches=2), max_epoch=1),
+                             SimpleTrainer())
+    stats = json.load(open(os.path.join(logdir, "stats.json")))
+    assert "x_mean" in stats[-1]
+
+
 def test_default_callbacks_give_way_to_the_users_own():
     from kerastrainer import EstimatedTimeLeft, ThroughputTracker, TrainConfig
     mine = ThroughputTracker(samples_per_step=64)

@@ -211,6 +211,15 @@ def _install_tower_summaries() -> None:
     install_tf_summary_patch(_tower_aware, _CAPTURES)
 
 
+def ensure_tower_summaries() -> None:
+    """Install the routing again if ``tf.summary`` is no longer the patched module: TF loads
+    TensorBoard's ``tf.summary`` lazily, and a later import (Keras's TensorBoard callback) can
+    replace the module object, whose calls in a tower would then be lost without a word.
+    Called at every tower call (a cheap check)."""
+    if not hasattr(tf.summary.scalar, "_kerastrainer_original"):
+        _install_tower_summaries()
+
+
 _install_tower_summaries()
 
 

@@ -24,6 +24,7 @@ from .._internals import keras_training_phase, tf_variable_of
 from ..utils.casting import cast_exactly
 from .extensions import tower_contexts
 from .layer_store import LayerStore, log_layer_shapes
+from .summary import ensure_tower_summaries
 from .tower import TowerContext
 
 __all__ = ["TowerFunction", "ModelVariables"]
@@ -153,6 +154,7 @@ class TowerFunction:
     def __call__(self, *inputs, name: str = "tower0", is_training: bool = True, index: int = 0,
                  total: int = 1):
         """Run the tower in a TowerContext; returns ``(cost, context)``."""
+        ensure_tower_summaries()
         with TowerContext(name, is_training=is_training, index=index, total=total,
                           layer_store=self.layer_store) as ctx, tower_contexts(self.layer_store), \
                 keras_training_phase(is_training):

@@ -150,7 +150,7 @@ class KerasCallback(Callback):
         # the learning rate an epoch trained with, in its logs (KerasModel's History, as Keras 3 logs it)
         self.log_learning_rate = bool(log_learning_rate)
         self.verbose = int(verbose)
-        self._learning_rate: Optional[float] = None
+        self._epoch_learning_rate: Optional[float] = None
         self._sums: Dict[str, float] = {}
         self._steps = 0
         self.last_logs: Dict[str, float] = {}
@@ -211,7 +211,7 @@ class KerasCallback(Callback):
 
     def _before_epoch(self):
         if self.log_learning_rate:  # after the schedulers' on_epoch_begin (they come first)
-            self._learning_rate = self._current_learning_rate()
+            self._epoch_learning_rate = self._current_learning_rate()
         self._sums, self._steps = {}, 0
         self.callback.on_epoch_begin(self.epoch_num - 1, {})
         if self.every_batch:
@@ -234,8 +234,8 @@ class KerasCallback(Callback):
     def _trigger_epoch(self):
         logs = self._running_logs()
         logs.update(self._validation_logs())
-        if self.log_learning_rate and self._learning_rate is not None:
-            logs.setdefault("learning_rate", self._learning_rate)
+        if self.log_learning_rate and self._epoch_learning_rate is not None:
+            logs.setdefault("learning_rate", self._epoch_learning_rate)
         self.last_logs = logs
         self.callback.on_epoch_end(self.epoch_num - 1, logs)
         self._check_stop()
