@@ -151,3 +151,58 @@ def test_fit_generator_validates_on_validation_steps_batches():
     hist = pmodel.fit_generator(train_batches(), steps_per_epoch=4, epochs=2, validation_data=val_batches(),
                                 validation_steps=3)
     assert len(hist.history["val_loss"]) == 2 and len(read) == 6
+
+
+class _IdiomModelMGPU(keras.Model):
+    """The keras#2436 / keras_experiments idiom found in many repositories, verbatim but for the import
+    of ``multi_gpu_model`` (``keras.utils`` -> ``kerastrainer.keras``) and ``Model`` -> ``keras.Model``."""
+
+    def __init__(self, ser_model, gpus):
+        pmodel = multi_gpu_model(ser_model, gpus)
+        self.__dict__.update(pmodel.__dict__)
+        self._smodel = ser_model
+
+    def __getattribute__(self, attrname):
+        '''Override load and save methods to be used from the serial-model. The
+        serial-model holds references to the weights in the multi-gpu model.
+        '''
+        if 'load' in attrname or 'save' in attrname:
+            return getattr(self._smodel, attrname)
+        return super(_IdiomModelMGPU, self).__getattribute__(attrname)
+
+
+def test_modelmgpu_idiom_compiles_fits_checkpoints_and_saves(tmp_path):
+    x, y = _data(128)
+    serial = _model()
+    pmodel = _IdiomModelMGPU(serial, 2)   # 2 of conftest's logical CPU devices (no GPU here)
+    pmodel.compile(optimizer=keras.optimizers.SGD(0.1), loss=_xent(), metrics=["accuracy"])
+    best = str(tmp_path / "best.keras")
+    weights = str(tmp_path / "ep{epoch:02d}.weights.h5")
+    callbacks = [keras.callbacks.ModelCheckpoint(best, monitor="val_loss", save_best_only=True),
+                 keras.callbacks.ModelCheckpoint(weights, save_weights_only=True)]
+    before = serial.get_weights()
+    hist = pmodel.fit(x, y, batch_size=32, epochs=3, validation_data=(x, y), callbacks=callbacks)
+    assert len(hist.history["loss"]) == 3 and hist.history["val_loss"][-1] < hist.history["val_loss"][0]
+    assert not all(np.array_equal(a, b) for a, b in zip(before, serial.get_weights()))  # the template trained
+    final = str(tmp_path / "final.keras")
+    pmodel.save(final)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "best.keras", "ep01.weights.h5", "ep02.weights.h5", "ep03.weights.h5", "final.keras"]
+    reloaded = keras.models.load_model(final)
+    np.testing.assert_allclose(reloaded.predict(x, verbose=0), serial.predict(x, verbose=0), rtol=1e-6)
+    # the best checkpoint is the serial model (not the parallel graph), and so is the last weights file
+    assert len(keras.models.load_model(best).layers) == len(serial.layers)
+    fresh = _model(seed=7)
+    pmodel.load_weights(str(tmp_path / "ep03.weights.h5"))   # routed to the template as well
+    fresh.load_weights(str(tmp_path / "ep03.weights.h5"))
+    np.testing.assert_allclose(fresh.predict(x, verbose=0), serial.predict(x, verbose=0), rtol=1e-6)
+
+
+def test_modelmgpu_errors_are_runtime_errors_as_in_keras_experiments():
+    model = _model()
+    with pytest.raises(RuntimeError, match="serial_model"):
+        ModelMGPU(gdev_list=cpus(2))
+    with pytest.raises(RuntimeError, match="gdev_list"):
+        ModelMGPU(serial_model=model)
+    with pytest.raises(RuntimeError, match="at least 2 devices"):
+        ModelMGPU(serial_model=model, gdev_list=cpus(1))

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from ..tfutils import extensions as _extensions
 from ..tfutils.global_step import get_global_step_value, get_global_step_var
+from .eager_execution import keep_eager_execution
 from .graph_mode import eager_inside_tf1_graph
 from .optimizer import call_optimizer, translate_optimizer
 from .summary import install_tf1_summaries
@@ -38,6 +39,7 @@ _extensions.add_tower_context(tf1_variables_in_store)      # tfv1.get_variable i
 _extensions.add_launch_context(eager_inside_tf1_graph)     # training inside `with tf.Graph().as_default():`
 _extensions.set_optimizer_reader(call_optimizer, translate_optimizer)  # tfv1.train optimizers -> Keras
 install_tf1_summaries()                                     # tfv1.summary.* in a tower -> the trainer
+keep_eager_execution()                                      # tfv1.disable_eager_execution() -> logged, eager stays on
 
 
 def is_tfv2() -> bool:

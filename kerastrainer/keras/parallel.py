@@ -278,6 +278,20 @@ _ROUTED = ("compile", "fit", "fit_generator", "evaluate", "evaluate_generator", 
            "predict_on_batch", "get_weights", "set_weights", "save", "save_weights", "load_weights", "call")
 
 
+class ModelMGPUError(RuntimeError, ValueError):
+    """A :class:`ModelMGPU` that cannot be built: keras_experiments raised ``RuntimeError`` there (no
+    ``serial_model=`` / ``gdev_list=``, fewer than 2 devices); a ``ValueError`` too, for callers of
+    earlier kerastrainer versions.
+
+    Example::
+
+        try:
+            ModelMGPU(serial_model=model, gdev_list=['/gpu:0'])
+        except RuntimeError as e:
+            print(e)   # ModelMGPU needs at least 2 devices ...
+    """
+
+
 class ModelMGPU(keras.Model):
     """A data-parallel view of ``serial_model`` on the devices ``gdev_list`` (see the module doc).
 
@@ -306,14 +320,14 @@ class ModelMGPU(keras.Model):
                  usenccl: bool = False, initsync: bool = True, syncopt: bool = False, enqueue: bool = False,
                  **kwargs):
         if serial_model is None:
-            raise RuntimeError('Keyword argument "serial_model" required for ModelMGPU.')
+            raise ModelMGPUError('Keyword argument "serial_model" required for ModelMGPU.')
         if gdev_list is None:
-            raise RuntimeError('Keyword argument "gdev_list" required for ModelMGPU.')
+            raise ModelMGPUError('Keyword argument "gdev_list" required for ModelMGPU.')
         if not isinstance(serial_model, keras.Model):
             raise TypeError(f"ModelMGPU needs serial_model=<a keras.Model>; got {type(serial_model).__name__}.")
         devices = normalize_devices(list(gdev_list))
         if len(devices) < 2:
-            raise ValueError(f"ModelMGPU needs at least 2 devices to split batches over; got {devices}. "
+            raise ModelMGPUError(f"ModelMGPU needs at least 2 devices to split batches over; got {devices}. "
                              "Use the serial model itself on one device.")
         _warn_knobs(type(self).__name__, initsync=initsync, syncopt=syncopt, enqueue=enqueue)
         ps = tf.DeviceSpec.from_string(ps_device) if isinstance(ps_device, str) else ps_device
