@@ -291,6 +291,18 @@ def reference_random_resized_crop(path: str, r, out_hw, area=(0.08, 1.0), ratio=
 # drivers whose children print one 'RESULT {json}' line (keras_overhead.py, gan_step.py)
 # ----------------------------------------------------------------------------
 
+def rate_bench_args(doc: str, default_spe: str):
+    """The command line of a driver/child rate benchmark: ``--steps``, ``--repeats``, ``--spe`` (the
+    ``steps_per_execution`` values of keras.Model.fit) and the hidden ``--child SYSTEM``."""
+    import argparse
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300, help="steps in the timed epoch")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--spe", default=default_spe, help="steps_per_execution values of keras.Model.fit")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
 def run_result_children(script: str, systems: Sequence[str], repeats: int, child_args: Sequence[str],
                         describe: Callable[[dict], str], timeout: float = 1200) -> Dict[str, List[dict]]:
     """Run ``python script --child SYSTEM *child_args`` for each system, ``repeats`` times,

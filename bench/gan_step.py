@@ -25,14 +25,13 @@ call's steps).
 
     python bench/gan_step.py [--steps 300] [--repeats 3]
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
 
-from _common import print_rate_table, run_result_children
+from _common import print_rate_table, rate_bench_args, run_result_children
 
 BATCH, Z = 64, 32
 
@@ -186,12 +185,7 @@ def child(system, steps):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="steps in the timed epoch")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--spe", default="1,8,32", help="steps_per_execution values of keras.Model.fit")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = rate_bench_args(__doc__, "1,8,32")
     if args.child:
         child(args.child, args.steps)
         return
