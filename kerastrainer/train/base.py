@@ -170,12 +170,10 @@ class Trainer:
         self.checkpoint = tf.train.Checkpoint(model=self.model_variables, optimizer=self.optimizer,
                                               global_step=self.global_step_var, epoch=self.epoch_var, **more)
         self.xla.resolve(self)
-        if self.outputs_are_latest and self.xla.use_xla and self.xla.jit_compile != True:  # noqa: E712
-            # its optimizers merge the replicas' gradients inside the step, where XLA cannot go
-            logger.info("XLA off (jit_compile='auto'): the model updates its variables itself (its own "
-                        "train step).")
-            self.xla.use_xla = False
         self._train_fn = self._make_train_function()
+        if self.outputs_are_latest:
+            # its optimizers merge the replicas' gradients inside the step, where XLA cannot go
+            self.xla.disable(self, "the model updates its variables itself (its own train step)")
         logger.info("Model built: %d trainable variables, %s parameters, %d replica(s).",
                     len(self.trainable_variables),
                     f"{sum(int(np.prod(v.shape)) for v in self.trainable_variables):,}", self.num_replicas)

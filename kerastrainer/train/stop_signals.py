@@ -218,13 +218,7 @@ def _handlers_back_in_a_forked_child() -> None:
     set-up or training) starts with the handlers the trainer replaced: a worker must die on the
     SIGTERM its runner sends at clean-up, not log "stopping" and live on."""
     for stop in list(_ACTIVE):
-        for signum, old in stop._own.items():
-            try:
-                signal.signal(signum, old)
-            except (ValueError, OSError):
-                pass
-        stop._own = {}
-    _ACTIVE.clear()
+        stop._restore()
 
 
 os.register_at_fork(after_in_child=_handlers_back_in_a_forked_child)
