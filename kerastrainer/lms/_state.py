@@ -130,6 +130,7 @@ class TraceState:
 
     def __init__(self):
         self.blocks: List[Dict] = []
+        self.levels = None   # topo.Levels of the graph, for TFLMS's knobs (made on first use)
 
 
 _traces: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

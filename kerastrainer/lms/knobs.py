@@ -6,8 +6,8 @@ TFLMS's names onto LMS's (``cpu_device`` is ``host_device``, ``lb`` is
 pick ``'auto'``), the :class:`~kerastrainer.lms.recompute.BlockConfig` the swap knobs
 make, TFLMS's properties (the eight ``excl_/incl_`` ``output_/input_``
 ``by_scopes``/``by_types`` sets, ``autotune_plot``, ``is_training``), TFLMS's op-type
-filter on swapped tensors, and the errors of TFLMS's TF1 entry points (``run``,
-``begin``).
+filter on swapped tensors, and TFLMS's TF1 entry points: ``run(graph)`` (the graph edit,
+``graph_edit.py``) and ``begin`` (an error: TF 2.21 has no Estimator).
 
 It leaves what the knobs mean for a model to others: which blocks the patterns
 select (``selection.py``), what 'auto' plans (``autoplan.py``), how a block runs
@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..utils import logger
+from .graph_edit import GraphEditReport, edit_graph
 from .planner import parse_bytes
 from .recompute import MODES, BlockConfig
 from .tflms import as_name_set, check_known, run_error_message, warn_unsupported
@@ -119,11 +120,15 @@ class LMSKnobs:
         self.batch_size = batch_size
         self.knobs = {"swapout_threshold": int(swapout_threshold), "swapin_ahead": int(swapin_ahead),
                       "swapin_groupby": int(swapin_groupby)}
+        # TFLMS's knobs given TFLMS's way (no policy): distances in topological levels of the
+        # traced step, TFLMS's meaning; with a policy, kerastrainer's: counts of blocks
+        op_levels = manual and self._implicit_policy
         self.config = BlockConfig(host_device=host_device,
                                   swapin_ahead=1 if swapin_ahead < 0 else int(swapin_ahead),
-                                  swapin_groupby=1 if swapin_groupby <= 0 else int(swapin_groupby),
+                                  swapin_groupby=(int(swapin_groupby) if op_levels else
+                                                  1 if swapin_groupby <= 0 else int(swapin_groupby)),
                                   swapout_threshold=1 if swapout_threshold < 0 else int(swapout_threshold),
-                                  sync_swapin=self.sync_mode in (2, 3))
+                                  sync_swapin=self.sync_mode in (2, 3), op_levels=op_levels)
 
     @property
     def policy_from_knobs(self) -> bool:
@@ -131,13 +136,30 @@ class LMSKnobs:
         return self._implicit_policy
 
     # --- TFLMS's TF1 entry points and properties ----------------------------------------------
-    def run(self, graph=None, keras: bool = False):
-        """TFLMS's TF1 graph edit: raises an error that shows the TF2 call to use."""
-        raise RuntimeError(run_error_message("run(graph)"))
+    def run(self, graph: Optional[tf.Graph] = None, keras: bool = False) -> GraphEditReport:
+        """TFLMS's graph form: edit ``graph`` (a ``tf.compat.v1`` graph, before ``Session.run``) in place,
+        swapping to the host device the forward tensors its backward pass reads far away
+        (``swapout_threshold`` / ``swapin_ahead`` / ``swapin_groupby`` in topological levels, as
+        TFLMS). ``graph=None``: the ``graph=`` given to the constructor, else the default graph when
+        TF builds a graph here (``with tf.Graph().as_default():``). Returns what was added; see
+        ``kerastrainer/lms/graph_edit.py``.
+        """
+        if keras:
+            raise RuntimeError("LMS.run(graph, keras=True) edited tf.keras's session graph; Keras 3 has none. "
+                               "Give the LMS to fit instead: keras_model.fit(x, y, callbacks=[lms]).")
+        if graph is None:
+            graph = self.tflms_knobs.get("graph")
+        if graph is None:
+            if tf.executing_eagerly():
+                raise RuntimeError(run_error_message("run() without a graph"))
+            graph = tf.compat.v1.get_default_graph()
+        self.graph_edit = edit_graph(self, graph)
+        return self.graph_edit
 
     def begin(self):
         """TFLMS's ``SessionRunHook.begin``: raises an error that shows the TF2 call to use."""
-        raise RuntimeError(run_error_message("begin() (the SessionRunHook)"))
+        raise RuntimeError(run_error_message("begin() (the SessionRunHook)",
+                                             "TF 2.21 has no Estimator to call this hook"))
 
     @property
     def autotune_plot(self) -> bool:

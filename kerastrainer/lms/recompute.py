@@ -34,7 +34,9 @@ import tensorflow as tf
 from .._internals import stop_tape_recording
 from ..utils import logger
 from . import _state
-from .offload import compute_device, keep_in_graph, rewire_backward, same_device, swap_in, swap_out
+from .offload import (LevelSchedule, compute_device, keep_in_graph, rewire_backward, same_device, swap_in, swap_out,
+                      tflms_swappable)
+from .topo import Levels
 
 __all__ = ["BlockConfig", "run_block", "MODES", "LMSBlockError"]
 
@@ -62,6 +64,9 @@ class BlockConfig:
     sync_swapin: bool = False              # TFLMS sync_mode 2/3: back only at the block's own backward
     keep_last_in_recompute: bool = False   # 'recompute' honours swapout_threshold too (graph mode)
     tensor_filter: Optional[Callable] = None  # (tensor, backward op or None) -> may it be swapped
+    # TFLMS's knobs (no policy given): the three swap knobs are distances in topological levels of
+    # the traced step's ops, as in TFLMS, not counts of blocks (see topo.py)
+    op_levels: bool = False
 
 
 _warned_eager_offload = False
@@ -121,7 +126,29 @@ def _offloads(state, rec: dict, cfg: BlockConfig) -> bool:
     # the last `swapout_threshold` blocks keep their tensors: their backward comes at once
     if state is None:
         return True
+    if cfg.op_levels:
+        return rec.get("far", True)
     return rec["index"] < len(state.blocks) - max(0, cfg.swapout_threshold)
+
+
+def _levels(state, graph) -> Levels:
+    """The topological levels of the graph being traced (kept per trace, updated as it grows)."""
+    if getattr(state, "levels", None) is None:
+        state.levels = Levels(graph)
+    return state.levels.update(graph)
+
+
+def _measure_levels(state, rec: dict, cfg: BlockConfig, graph, fwd_ops, inputs, backward_ops) -> None:
+    """TFLMS's knobs: the largest distance, in levels, from a tensor the block saves (an output of
+    ``fwd_ops`` or one of its ``inputs``) to a ``backward_ops`` reader (``rec['max_distance']``), and
+    whether it is over ``swapout_threshold`` (``rec['far']``)."""
+    levels = _levels(state, graph)
+    fwd, input_keys = set(fwd_ops), {_key(t) for t in inputs}
+    dist = [levels[op] - levels[t.op] for op in backward_ops for t in op.inputs
+            if (t.op in fwd or _key(t) in input_keys) and t.op in levels and tflms_swappable(t)
+            and (cfg.tensor_filter is None or cfg.tensor_filter(t, op))]
+    rec["max_distance"] = max(dist, default=0)
+    rec["far"] = rec["max_distance"] > cfg.swapout_threshold
 
 
 def _check_random(name: str, skipped: Sequence[str], new_ops: Sequence) -> None:
@@ -248,17 +275,34 @@ def run_block(name: str, fn: Callable, args: tuple, kwargs: dict, mode: str, cfg
         def _grad(*dys, variables=None):
             variables = list(variables or [])
             rec["dys"] = [d for d in dys if d is not None]
-            applies = _offloads(state, rec, cfg)
-            if record and (mode == "offload" or not applies):
-                n1 = 0 if eager else len(graph.get_operations())
+            if cfg.op_levels and record and not eager and state is not None:
+                # TFLMS's knobs: build the plain backward pass, then measure it in levels
+                n1 = len(graph.get_operations())
                 g_in, g_var = gradients(tape, flat, list(ts), variables, dys)
-                if mode == "offload" and not eager and applies:
-                    moved = rewire_backward(fwd_ops, ts, graph.get_operations()[n1:], cfg.host_device,
-                                            _triggers(state, rec, cfg), tensor_filter=cfg.tensor_filter)
-                    rec["applied"] = True
-                    rec["swapped"] = len(moved)
-                    rec["swapped_names"] = [t.name for t in moved]
-                return g_in, g_var
+                bwd_ops = graph.get_operations()[n1:]
+                _measure_levels(state, rec, cfg, graph, fwd_ops, ts, bwd_ops)
+                if mode == "offload":
+                    schedule = LevelSchedule(_levels(state, graph), cfg.swapout_threshold, cfg.swapin_ahead,
+                                             cfg.swapin_groupby, cfg.sync_swapin)
+                    moved = rewire_backward(fwd_ops, ts, bwd_ops, cfg.host_device, [],
+                                            tensor_filter=cfg.tensor_filter, schedule=schedule)
+                    rec.update(applied=bool(moved), swapped=len(moved), swapped_names=[t.name for t in moved])
+                    return g_in, g_var
+                if not rec["far"]:
+                    return g_in, g_var
+                # far: recomputed below; the backward ops just built are left unused (the function prunes them)
+            else:
+                applies = _offloads(state, rec, cfg)
+                if record and (mode == "offload" or not applies):
+                    n1 = 0 if eager else len(graph.get_operations())
+                    g_in, g_var = gradients(tape, flat, list(ts), variables, dys)
+                    if mode == "offload" and not eager and applies:
+                        moved = rewire_backward(fwd_ops, ts, graph.get_operations()[n1:], cfg.host_device,
+                                                _triggers(state, rec, cfg), tensor_filter=cfg.tensor_filter)
+                        rec["applied"] = True
+                        rec["swapped"] = len(moved)
+                        rec["swapped_names"] = [t.name for t in moved]
+                    return g_in, g_var
             rec["applied"] = True
             inputs = backward_inputs(rec["dys"])
             n1 = 0 if eager else len(graph.get_operations())

@@ -84,13 +84,20 @@ class BlockRunner:
         if self._reported:
             return
         self._reported = True
-        if not applied and n:
+        if not applied and n and knobs.config.op_levels:
+            t = knobs.knobs["swapout_threshold"]
+            far = max((r.get("max_distance", 0) for r in recs), default=0)
+            logger.warning("LMS selects nothing: swapout_threshold=%d counts topological levels of the step's ops, "
+                           "as in TFLMS, and no tensor that the backward pass of the %d block(s) found reads is "
+                           "made more than %d levels before (the largest distance is %d). Use a swapout_threshold "
+                           "below %d.", t, n, t, far, far)
+        elif not applied and n:
             t = knobs.knobs["swapout_threshold"]
             why = (f"swapout_threshold={t} keeps the last {t} blocks on the device, and {n} block(s) were "
                    f"found ({n} selected of {len(self.selection.found_blocks)})" if t >= n
                    else "every block was kept on the device")
-            logger.warning("LMS selects nothing: %s, so nothing is swapped or recomputed. Here the knobs "
-                           "count blocks (lms_block s or Keras sub-layers), not graph levels as in TFLMS: "
+            logger.warning("LMS selects nothing: %s, so nothing is swapped or recomputed. With a policy the "
+                           "knobs count blocks (lms_block s or Keras sub-layers), not graph levels as in TFLMS: "
                            "use swapout_threshold below %d (0 touches every block) and swapin_ahead / "
                            "swapin_groupby of a few blocks.", why, n)
         else:

@@ -1,7 +1,9 @@
 """IBM TFLMS's knobs, read onto :class:`~kerastrainer.lms.LMS`'s blocks.
 
-TFLMS rewrote a TF1 graph op by op; LMS works on blocks (``lms_block`` s of a
-tower function, sub-layers of a Keras model). :class:`~kerastrainer.lms.LMS` takes every
+TFLMS rewrote a TF1 graph op by op: ``LMS.run(graph)`` does that here too
+(``graph_edit.py``); as a callback LMS works on blocks (``lms_block`` s of a tower
+function, sub-layers of a Keras model), its swap knobs still measured in levels of the
+traced step's ops when given TFLMS's way (no ``policy``). :class:`~kerastrainer.lms.LMS` takes every
 constructor argument and property TFLMS had (its 2018 ``lms`` module, the
 PowerAI ``tensorflow_large_model_support`` module and its ``LMSKerasCallback``)
 and says what each becomes here; a knob with no TF2 meaning is accepted and
@@ -44,11 +46,12 @@ TFLMS_UNSUPPORTED: Dict[str, tuple] = {
 
 # knobs that need no work in TF2: accepted, logged at info level
 TFLMS_ACCEPTED: Dict[str, tuple] = {
-    "graph": (None, "TF2 has no global graph: LMS acts on the model it is applied to"),
-    "optimizer_scopes": (None, "the backward pass is found by tf.custom_gradient, not by the "
-                               "optimizer's scope"),
-    "optimizer_scopes_override": (None, "the backward pass is found by tf.custom_gradient, not by the "
-                                        "optimizer's scope"),
+    "graph": (None, "run() edits it (TFLMS 2018's LMS(graph=g).run()); as a callback LMS acts on the "
+                    "model it is applied to"),
+    "optimizer_scopes": (None, "run(graph) finds the backward pass under these scopes; as a callback "
+                               "the backward pass is found by tf.custom_gradient"),
+    "optimizer_scopes_override": (None, "run(graph) finds the backward pass under these scopes; as a "
+                                        "callback the backward pass is found by tf.custom_gradient"),
 }
 
 
@@ -78,7 +81,7 @@ def warn_unsupported(knobs: Dict[str, Any]) -> None:
         elif name in TFLMS_ACCEPTED:
             default, why = TFLMS_ACCEPTED[name]
             if value is not None:
-                logger.info("LMS: TFLMS's %s is not needed and is ignored: %s.", name, why)
+                logger.info("LMS: TFLMS's %s is accepted: %s.", name, why)
 
 
 def check_known(kwargs: Iterable[str], known: Iterable[str]) -> None:
@@ -89,9 +92,12 @@ def check_known(kwargs: Iterable[str], known: Iterable[str]) -> None:
                         f"({', '.join(sorted(set(known) | set(TFLMS_UNSUPPORTED) | set(TFLMS_ACCEPTED)))}).")
 
 
-def run_error_message(what: str) -> str:
-    return (f"LMS.{what} edited a TF1 graph before a Session ran it; TF2 has no such graph to edit. "
-            "Give the LMS to the training instead, before its first step:\n"
+def run_error_message(what: str, why: str = "TF runs eagerly here, so there is no TF1 graph to edit") -> str:
+    """The error of TFLMS's TF1 entry points where they cannot act: the graph form and the TF2 calls."""
+    return (f"LMS.{what}: {why}. Either give the graph the model was built in: "
+            "`with tf.Graph().as_default(): ...build, opt.minimize(loss)...; "
+            "lms.run(tf.compat.v1.get_default_graph())`, then a tf.compat.v1.Session; or give the LMS to "
+            "the training, before its first step:\n"
             "    keras_model.fit(x, y, callbacks=[lms])                   # Keras (LMSKerasCallback is LMS)\n"
             "    TrainConfig(model=..., dataflow=..., callbacks=[lms])    # kerastrainer trainers\n"
             "    lms.apply(model_or_keras_model)                          # your own tf.function step\n"

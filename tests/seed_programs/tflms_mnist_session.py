@@ -23,8 +23,8 @@ trainer. Edits, each forced by TF2 / Keras 3 or by testing without downloads:
    (TF2's signature).
 6. ``tf.losses.sparse_softmax_cross_entropy`` -> ``tf.nn.sparse_softmax_cross_entropy_with_logits``;
    ``tf.train.AdamOptimizer(1e-4).minimize`` -> ``ModelDesc.optimizer()`` returning Keras ``Adam(1e-4)``.
-7. ``lms_model.run(tf.get_default_graph())`` -> ``callbacks=[lms_model]`` (``run`` raises an error
-   in TF2 that shows this call).
+7. ``lms_model.run(tf.get_default_graph())`` -> ``callbacks=[lms_model]`` (this port's ModelDesc has no
+   TF1 graph; tflms_mnist_session_strict.py keeps the graph form, which ``run`` edits).
 8. The Session loop (20000 steps of 50, training accuracy every 100 steps, test accuracy in
    batches of 500) -> ``launch_train_with_config``; the FileWriter graph dump is dropped.
 9. Added for the tests: ``--steps``, ``--batch``, ``--swapout_threshold``, ``--swapin_ahead``,
