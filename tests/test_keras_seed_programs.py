@@ -109,19 +109,26 @@ def test_cifar10_cnn_mgpu_serial_path_and_syncopt(tmp_path):
 
 @pytest.mark.slow
 def test_cifar10_cnn_distrib_slurm_under_a_faked_two_task_srun(tmp_path):
-    # 2 workers x 1 device: batch 32 * 2 = 64 global, lr 2e-4; each worker reads its 32 samples
+    # make_parallel(model_init, wgdev_list) with every worker's devices: 2 workers x 1 device,
+    # batch 32 * 2 = 64 global, lr 2e-4; each worker reads its 32 samples
     data = _cifar(tmp_path, n_train=64)
-    saved = tmp_path / "trained.keras"
-    out = run("cifar10_cnn_distrib_slurm.py", "--epochs", 2, "--save-weights", saved, devices=1, cifar10=data,
-              cwd=tmp_path, launcher=[sys.executable, os.path.join(PROGRAMS, "fake_srun.py"), "-n", "2"],
-              timeout=600)
+    out = run("cifar10_cnn_distrib_slurm.py", "--epochs", 2, "--save-weights", tmp_path / "trained-{rank}.keras",
+              devices=1, cifar10=data, cwd=tmp_path,
+              launcher=[sys.executable, os.path.join(PROGRAMS, "fake_srun.py"), "-n", "2"], timeout=600)
     assert "rank 0 of 2 (chief)" in out and "rank 1 of 2" in out
+    assert "WGDEV_LIST: ['/job:worker/task:0/device:CPU:0', '/job:worker/task:1/device:CPU:0']" in out
+    assert "MULTI-GPU MODEL" in out and "SUBMODEL SUMMARY" in out
     assert "worker 1 of 2 reads its shard of the data (32 samples a step)" in out
     assert "CIFAR VALIDATION LOSS, ACC" in out
+    trained = [keras.models.load_model(str(tmp_path / f"trained-{r}.keras")) for r in range(2)]
+    for a, b in zip(trained[0].get_weights(), trained[1].get_weights()):
+        np.testing.assert_array_equal(a, b)  # the workers hold the same weights
     reference = _cifar_reference(data, batch=64, lr=2e-4, epochs=2)
     # two processes average two half-batch gradients (serial: one mean over 64), and RMSprop
     # divides by the root of small second moments: float32 rounding reaches ~4e-6 in 2 epochs
-    _assert_same_weights(keras.models.load_model(str(saved)), reference, atol=1e-5)
+    _assert_same_weights(trained[0], reference, atol=1e-5)
+    assert not np.allclose(trained[0].get_weights()[0], _cifar_reference(data, batch=64, lr=2e-4,
+                                                                          epochs=0).get_weights()[0])
 
 
 def _write_mnist_tfrecord(path, n, seed=0, kinds=10):

@@ -24,6 +24,14 @@ Devices: ``get_available_gpus()`` lists the GPUs; on a machine without GPUs it l
 the logical CPU devices when several were made (``ensure_tower_devices(n)``, or the
 test suite's), so the same program runs in CI.
 
+Several workers (keras_experiments' SLURM example): a list naming the devices of
+every worker (``'/job:worker/task:1/device:GPU:0'``..., :func:`get_allworkers_devlist`)
+trains with multi-worker data parallelism, on the ``MultiWorkerTrainer`` the process
+created first thing (under ``srun`` or ``kerastrainer-run``): each worker's replicas
+are its own devices in the list, the gradients are all-reduced across the workers,
+``batch_size`` is the global batch of all the workers' devices, and each worker reads
+its shard of the data. :func:`split_worker_devices` checks the list against the cluster.
+
 Example::
 
     model = make_parallel(serial_model, get_available_gpus())   # or ['/cpu:0', '/cpu:1']
@@ -39,16 +47,17 @@ import keras
 import tensorflow as tf
 
 from .._internals import functional_input_structure, host_address_space, keras_tensor_producer
+from ..train.multiworker import MultiWorkerTrainer
 from ..train.trainers import SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated
-from ..utils import logger
+from ..utils import cluster, logger
 from .model import KerasModel
 
 __all__ = ["ModelMGPU", "make_parallel", "multi_gpu_model", "ModelKerasMGPU", "GPUListType",
-           "get_available_gpus", "print_mgpu_modelsummary"]
+           "get_available_gpus", "print_mgpu_modelsummary", "get_allworkers_devlist", "split_worker_devices"]
 
-_MULTIWORKER_HINT = ("A Keras model spread over several processes trains with "
-                     "KerasModel(model, trainer=MultiWorkerTrainer()), started under srun or kerastrainer-run "
-                     "(each process gives its local devices; see docs/migration-keras2-tflms.md).")
+_MULTIWORKER_HINT = ("Such a list is trained with multi-worker data parallelism by make_parallel / ModelMGPU "
+                     "(split_worker_devices checks it against the cluster), in processes started under srun or "
+                     "kerastrainer-run; see docs/multi-node.md.")
 
 
 class GPUListType:
@@ -124,33 +133,46 @@ def _available_devices() -> List[str]:
     return _physical_gpus() + get_logical_cpus()
 
 
+def _parse_device(d) -> Union[int, tf.DeviceSpec]:
+    """An int id as is; a name or ``tf.DeviceSpec`` as a ``tf.DeviceSpec``."""
+    if isinstance(d, bool) or not isinstance(d, (str, int, tf.DeviceSpec)):
+        raise TypeError(f"A device must be a name like '/gpu:0', a tf.DeviceSpec or an int id; got {d!r}.")
+    if isinstance(d, int):
+        return d
+    try:
+        return d if isinstance(d, tf.DeviceSpec) else tf.DeviceSpec.from_string(d if d.startswith("/") else "/" + d)
+    except ValueError as e:
+        raise ValueError(f"'{d}' is not a device name ({e}); available: {_available_devices()}.") from None
+
+
+def _worker_of(spec) -> Optional[tuple]:
+    """``(job, task)`` of a device named as another process's (``'/job:worker/task:1/...'``);
+    None for a device of this process (no job, or ``localhost`` task 0)."""
+    if isinstance(spec, int):
+        return None
+    if spec.job in (None, "localhost") and spec.task in (None, 0) and spec.replica in (None, 0):
+        return None
+    return (spec.job or "worker", spec.task or 0)
+
+
+def _device_name(d) -> str:
+    return d.to_string() if isinstance(d, tf.DeviceSpec) else str(d)
+
+
 def normalize_devices(devices: Sequence[Union[str, int, tf.DeviceSpec]]) -> List[str]:
     """Device names as ``'/gpu:i'`` / ``'/cpu:i'``; ints are device ids in :func:`get_available_gpus`'s pool.
 
     Raises ValueError listing the available devices when one does not exist, and
-    one saying what to do when the list names the devices of several workers.
+    one saying what to do when the list names the devices of several workers (those
+    go through :func:`split_worker_devices`).
     """
     devices = list(devices)
     available = _available_devices()
-    specs, workers = [], set()
-    for d in devices:
-        if isinstance(d, bool) or not isinstance(d, (str, int, tf.DeviceSpec)):
-            raise TypeError(f"A device must be a name like '/gpu:0', a tf.DeviceSpec or an int id; got {d!r}.")
-        if isinstance(d, int):
-            specs.append(d)
-            continue
-        try:
-            spec = d if isinstance(d, tf.DeviceSpec) else tf.DeviceSpec.from_string(d if d.startswith("/") else "/" + d)
-        except ValueError as e:
-            raise ValueError(f"'{d}' is not a device name ({e}); available: {available}.") from None
-        if spec.job not in (None, "localhost") or spec.task not in (None, 0) or spec.replica not in (None, 0):
-            workers.add((spec.job, spec.replica, spec.task))
-        specs.append(spec)
+    specs = [_parse_device(d) for d in devices]
+    workers = {w for w in map(_worker_of, specs) if w is not None}
     if len(workers) > 1:
-        names = [d.to_string() if isinstance(d, tf.DeviceSpec) else d for d in devices]
-        raise ValueError(f"The device list names the devices of {len(workers)} workers: {names}. make_parallel "
-                         f"and multi_gpu_model split batches over the devices of this process. "
-                         + _MULTIWORKER_HINT)
+        raise ValueError(f"The device list names the devices of {len(workers)} workers: "
+                         f"{[_device_name(d) for d in devices]}. " + _MULTIWORKER_HINT)
     pool = _device_pool()
     out = []
     for d, spec in zip(devices, specs):
@@ -171,6 +193,140 @@ def normalize_devices(devices: Sequence[Union[str, int, tf.DeviceSpec]]) -> List
     if dup:
         raise ValueError(f"The device list names {dup} more than once: {devices}.")
     return out
+
+
+# --- the devices of several workers: multi-worker data parallelism ---------------------------------
+def _names_several_workers(devices: Sequence) -> bool:
+    """Whether ``devices`` names the devices of more than one worker (``'/job:worker/task:i/...'``)."""
+    specs = [_parse_device(d) for d in devices]
+    return len({w for w in map(_worker_of, specs) if w is not None}) > 1
+
+
+def _cluster_trainer(what: str) -> MultiWorkerTrainer:
+    """This process's MultiWorkerTrainer of several workers; a clear error saying how to start one."""
+    trainer = MultiWorkerTrainer.of_this_process()
+    if trainer is not None:
+        return trainer
+    info = cluster.get_cluster_info()
+    if info.size > 1:
+        raise ModelMGPUError(
+            f"{what}: this process is rank {info.rank} of {info.size} (from {info.source}) but no "
+            "MultiWorkerTrainer was created in it. Create it first thing in the script, before TensorFlow "
+            "runs its first op (building the model runs some): `trainer = MultiWorkerTrainer()`; it joins the "
+            "workers, and make_parallel then trains with it.")
+    raise ModelMGPUError(
+        f"{what}: this process is not one worker of a multi-worker job (no srun step, kerastrainer-run or "
+        "TF_CONFIG names several processes). Start one process per worker: `srun -n N python prog.py` under "
+        "SLURM, or `kerastrainer-run -np N python prog.py` on one machine, and create `MultiWorkerTrainer()` "
+        "first thing in the script. (KerasModel(model, trainer=MultiWorkerTrainer()) is the same without a "
+        "device list.)")
+
+
+def _cluster_tasks(trainer) -> tuple:
+    """``([(job, task) of every worker in rank order], (job, task) of this one)`` of the trainer's cluster."""
+    resolver = trainer.cluster_resolver
+    spec = resolver.cluster_spec()
+    tasks = [(job, i) for job in ("chief", "worker") if job in spec.jobs for i in range(spec.num_tasks(job))]
+    return tasks, (resolver.task_type, int(resolver.task_id))
+
+
+def _kind_index(spec) -> tuple:
+    return ((spec.device_type or "CPU").upper(), spec.device_index or 0)
+
+
+def get_allworkers_devlist() -> List[tf.DeviceSpec]:
+    """Every worker's devices, as keras_experiments' ``TFClusterManagerFacade.get_allworkers_devlist``
+    listed them for :func:`make_parallel`: ``'/job:worker/task:i/device:GPU:0'`` (``CPU:0`` on
+    workers without a GPU), worker by worker in rank order.
+
+    The cluster is this process's ``MultiWorkerTrainer`` (create it first, under ``srun``
+    or ``kerastrainer-run``). Each worker trains on one device (its GPU, else its CPU);
+    every worker is assumed to have the devices this one has, as keras_experiments did.
+
+    Example::
+
+        trainer = MultiWorkerTrainer()                 # first thing in the script
+        ...
+        wgdev_list = get_allworkers_devlist()          # 2 workers: [.../task:0/device:GPU:0, .../task:1/...]
+        model = make_parallel(model_init, wgdev_list)
+    """
+    trainer = _cluster_trainer("get_allworkers_devlist")
+    tasks, _ = _cluster_tasks(trainer)
+    local = [_kind_index(tf.DeviceSpec.from_string(d)) for d in trainer.local_devices]
+    return [tf.DeviceSpec(job=job, task=task, device_type=kind, device_index=index)
+            for job, task in tasks for kind, index in local]
+
+
+def split_worker_devices(devices: Sequence, trainer: Optional[MultiWorkerTrainer] = None) -> tuple:
+    """Check a list of every worker's devices against this process's cluster.
+
+    ``trainer``: the ``MultiWorkerTrainer`` (default: the one this process created).
+    Returns ``(trainer, names, local)``: the ``MultiWorkerTrainer``, the list as
+    ``'/job:worker/task:i/device:GPU:j'`` names, and this worker's devices as
+    ``'/gpu:j'`` / ``'/cpu:j'`` (its replicas). Raises a ValueError naming the list
+    and the cluster when they differ (number of workers, this task, devices each), and
+    a :class:`ModelMGPUError` (a RuntimeError) saying how to start the workers when this
+    process is not one of them.
+    """
+    devices = list(devices)
+    names = [_device_name(d) for d in devices]
+    specs = [_parse_device(d) for d in devices]
+    by_worker: dict = {}
+    for name, spec in zip(names, specs):
+        worker = _worker_of(spec)
+        if worker is None:
+            raise ValueError(f"The device list {names} names devices of several workers and '{name}', which "
+                             "names none: name every device with its worker, '/job:worker/task:i/device:GPU:j'.")
+        if worker[0] not in ("worker", "chief") or spec.replica not in (None, 0):
+            raise ValueError(f"'{name}' in the device list is not a device of a worker (job 'worker' or "
+                             "'chief', replica 0): TF2's MultiWorkerMirroredStrategy has no parameter servers "
+                             "or other jobs; list the workers' devices only.")
+        by_worker.setdefault(worker, []).append(_kind_index(spec))
+    twice = sorted(f"{j}:{t}" for (j, t), v in by_worker.items() if len(set(v)) != len(v))
+    if twice:
+        raise ValueError(f"The device list names a device of {', '.join(twice)} more than once: {names}.")
+    trainer = trainer or _cluster_trainer(f"make_parallel with the devices of {len(by_worker)} workers")
+    tasks, me = _cluster_tasks(trainer)
+    where = f"MultiWorkerTrainer: rank {trainer.rank} of {trainer.size}, tasks {[f'{j}:{t}' for j, t in tasks]}"
+    if set(by_worker) != set(tasks):
+        listed = sorted(f"{j}:{t}" for j, t in by_worker)
+        raise ValueError(f"The device list names {len(by_worker)} workers ({listed}) but this job has "
+                         f"{len(tasks)} ({where}): {names}. Give the devices of every worker of the job "
+                         "(get_allworkers_devlist() lists them).")
+    local = [tf.DeviceSpec.from_string(d) for d in trainer.local_devices]
+    mine = by_worker[me]
+    counts = {f"{j}:{t}": len(v) for (j, t), v in by_worker.items()}
+    if len(set(counts.values())) > 1:
+        raise ValueError(f"The device list gives the workers different numbers of devices ({counts}): {names}. "
+                         "Every worker trains on as many replicas as the others (MultiWorkerMirroredStrategy).")
+    local_rank = _local_rank()
+    # a GPU may be named by its number on the machine: the trainer shows each worker only its local rank's
+    ok = len(mine) == len(local) and all(
+        k == _kind_index(s)[0] and (i == _kind_index(s)[1] or (k == "GPU" and i == local_rank))
+        for (k, i), s in zip(mine, local))
+    if not ok:
+        raise ValueError(f"The device list gives this worker ({me[0]}:{me[1]}, {where}) the devices "
+                         f"{[f'{k}:{i}' for k, i in mine]}, but it trains on {[s.to_string() for s in local]}: "
+                         f"MultiWorkerTrainer runs one process per device (its GPU, else the CPU). Start one "
+                         f"worker per device (srun --ntasks-per-node=<devices per node>, kerastrainer-run -np "
+                         f"<devices>) and name one device per worker (get_allworkers_devlist() lists them).")
+    canonical = [f"/job:{job}/task:{task}/device:{k}:{i}" for (job, task) in tasks for k, i in by_worker[(job, task)]]
+    return trainer, canonical, [f"/{s.device_type.lower()}:{s.device_index or 0}" for s in local]
+
+
+def _local_rank() -> int:
+    return cluster.get_cluster_info().local_rank
+
+
+def _warn_cluster_knobs(who: str, ps_device, usenccl: bool) -> None:
+    """Warn about ps_device / usenccl given with the devices of several workers: the trainer all-reduces."""
+    how = ("the gradients are all-reduced across the workers by this process's MultiWorkerTrainer, with the "
+           "communication it was created with (MultiWorkerTrainer(communication='nccl'|'ring'))")
+    if usenccl:
+        logger.warning("%s(usenccl=True) is ignored for the devices of several workers: %s.", who, how)
+    if not (isinstance(ps_device, str) and ps_device == "/cpu:0"):  # the default: nothing asked
+        logger.warning("%s(ps_device=%r) is ignored for the devices of several workers: %s; there is no "
+                       "parameter server.", who, ps_device, how)
 
 
 def _warn_knobs(who: str, **knobs) -> None:
@@ -299,15 +455,21 @@ class ModelMGPU(keras.Model):
     arguments; ``save``, ``save_weights``, ``load_weights``, ``get_weights`` and
     ``set_weights`` act on the serial model; ``summary`` and ``layers`` show the
     parallel graph (:func:`print_mgpu_modelsummary` adds the serial model's summary).
+    With the devices of several workers, the graph splits over this worker's own
+    devices (``local_devices``) and ``fit`` trains on the process's ``MultiWorkerTrainer``.
 
     Args:
         serial_model: the ``keras.Model`` to train (the template), with known inputs.
         gdev_list: at least 2 devices: names (``'/gpu:0'``, ``'/cpu:1'``), ``tf.DeviceSpec``
-            objects, or ids in :func:`get_available_gpus`' list.
+            objects, or ids in :func:`get_available_gpus`' list. Or the devices of every
+            worker of a multi-worker job (``'/job:worker/task:i/device:GPU:0'``, see
+            :func:`make_parallel`): this process's ``MultiWorkerTrainer`` trains on them.
         ps_device: where the gradients are reduced (and the outputs merged): a CPU means
             ``'/cpu:0'``, a GPU the first device of ``gdev_list`` (a warning names any other).
+            Several workers: no parameter server (a warning names one given).
         usenccl: all-reduce the gradients (``SyncMultiGPUTrainerReplicated``, NCCL on GPUs)
-            instead of reducing them on ``ps_device``.
+            instead of reducing them on ``ps_device``. Several workers: the trainer's
+            communication decides (a warning says so).
         initsync, syncopt, enqueue: keras_experiments' knobs without a TF2 meaning:
             accepted, and a warning names each one set away from its default.
 
@@ -325,15 +487,20 @@ class ModelMGPU(keras.Model):
             raise ModelMGPUError('Keyword argument "gdev_list" required for ModelMGPU.')
         if not isinstance(serial_model, keras.Model):
             raise TypeError(f"ModelMGPU needs serial_model=<a keras.Model>; got {type(serial_model).__name__}.")
-        devices = normalize_devices(list(gdev_list))
-        if len(devices) < 2:
-            raise ModelMGPUError(f"ModelMGPU needs at least 2 devices to split batches over; got {devices}. "
-                             "Use the serial model itself on one device.")
+        cluster_trainer = None
+        if _names_several_workers(list(gdev_list)):  # every worker's devices: multi-worker data parallelism
+            cluster_trainer, all_devices, devices = split_worker_devices(list(gdev_list))
+            _warn_cluster_knobs(type(self).__name__, ps_device=ps_device, usenccl=usenccl)
+        else:
+            devices = all_devices = normalize_devices(list(gdev_list))
+        if len(all_devices) < 2:
+            raise ModelMGPUError(f"ModelMGPU needs at least 2 devices to split batches over; got {all_devices}. "
+                                 "Use the serial model itself on one device.")
         _warn_knobs(type(self).__name__, initsync=initsync, syncopt=syncopt, enqueue=enqueue)
         ps = tf.DeviceSpec.from_string(ps_device) if isinstance(ps_device, str) else ps_device
         on_cpu = (getattr(ps, "device_type", None) or "CPU").upper() == "CPU"
         merge = "/cpu:0" if on_cpu else devices[0]   # the trainer reduces on the CPU or the first device
-        if _ps_name(ps_device) not in (merge, merge.split(":")[0]):
+        if cluster_trainer is None and _ps_name(ps_device) not in (merge, merge.split(":")[0]):
             logger.warning("%s(ps_device=%r): the outputs are merged (and, without usenccl, the gradients "
                            "reduced) on %r, not on %r: SyncMultiGPUTrainerParameterServer reduces on '/cpu:0' "
                            "or on the first device of gdev_list.", type(self).__name__, ps_device, merge,
@@ -341,8 +508,8 @@ class ModelMGPU(keras.Model):
         inputs, outputs = _parallel_graph(serial_model, devices, merge)
         super().__init__(inputs=inputs, outputs=outputs, name=kwargs.pop("name", f"{serial_model.name}_mgpu"),
                          **kwargs)
-        state = dict(_smodel=serial_model, _gdev_list=devices, _ps_on_cpu=on_cpu, _usenccl=bool(usenccl),
-                     _km=None)
+        state = dict(_smodel=serial_model, _gdev_list=all_devices, _local_devices=devices, _ps_on_cpu=on_cpu,
+                     _usenccl=bool(usenccl), _cluster_trainer=cluster_trainer, _km=None)
         for name in _ROUTED:
             state[name] = getattr(self, name)
         self.__dict__.update(state)  # plain attributes: no Keras tracking of the template a second time
@@ -354,9 +521,17 @@ class ModelMGPU(keras.Model):
 
     @property
     def gdev_list(self) -> List[str]:
+        """The devices given (of every worker, ``'/job:worker/task:i/device:GPU:j'``, for several workers)."""
         return list(self._gdev_list)
 
+    @property
+    def local_devices(self) -> List[str]:
+        """This process's devices: its replicas, over which the parallel graph splits a batch."""
+        return list(self._local_devices)
+
     def _make_trainer(self):
+        if self._cluster_trainer is not None:
+            return self._cluster_trainer
         devices = list(self._gdev_list)  # exactly the devices asked for, by name
         if self._usenccl:
             return SyncMultiGPUTrainerReplicated(devices, mode="nccl")
@@ -477,13 +652,28 @@ def make_parallel(serial_model: keras.Model, gdev_list: Sequence, ps_device: str
                   model_class=ModelMGPU) -> keras.Model:
     """Data-parallel ``serial_model`` on the devices ``gdev_list`` (keras_experiments' API).
 
+    ``batch_size`` (of ``fit``) is keras_experiments' global batch: it is split over all
+    the devices of ``gdev_list``, each computing on ``batch_size / len(gdev_list)``
+    samples a step; the gradients are averaged, so any split gives the serial model's update.
+
+    **Several workers.** When ``gdev_list`` names the devices of every worker of a job
+    (``'/job:worker/task:0/device:GPU:0', '/job:worker/task:1/device:GPU:0', ...``, as
+    keras_experiments' ``get_allworkers_devlist`` gave; :func:`get_allworkers_devlist`
+    lists them here), ``fit`` trains with multi-worker data parallelism on the
+    ``MultiWorkerTrainer`` this process created first thing (before TensorFlow ran an
+    op), under ``srun`` or ``kerastrainer-run -np N``: every worker runs the program,
+    its replicas are its own devices in the list, and the gradients are all-reduced
+    across the workers. ``batch_size`` is still the global batch of all the listed
+    devices: each worker reads every ``N``-th sample, ``batch_size / N`` a step. The list
+    must match the cluster (its workers, this worker's task, the devices each trains on:
+    one per process); a mismatch, or such a list in a process that is not one worker of
+    a job, is a clear error. See docs/multi-node.md.
+
     Args:
         serial_model: the ``keras.Model``.
         gdev_list: device names (``get_available_gpus()``, or ``['/cpu:0', '/cpu:1']``),
-            ``tf.DeviceSpec`` objects or device ids. With fewer than 2 devices the serial
-            model is returned unchanged. Devices of other workers
-            (``'/job:worker/task:1/...'``) are refused: use ``KerasModel`` with
-            ``MultiWorkerTrainer``.
+            ``tf.DeviceSpec`` objects or device ids; or every worker's devices (above).
+            With fewer than 2 devices the serial model is returned unchanged.
         ps_device: where gradients are reduced when ``usenccl`` is False.
         usenccl: all-reduce with ``SyncMultiGPUTrainerReplicated`` (NCCL on GPUs; a host
             reduction without GPUs).
@@ -495,6 +685,13 @@ def make_parallel(serial_model: keras.Model, gdev_list: Sequence, ps_device: str
     Example::
 
         pmodel = make_parallel(model, ['/gpu:0', '/gpu:1'])
+
+        # srun -n 2 python train.py: 2 workers, one GPU each
+        trainer = MultiWorkerTrainer()                        # first thing in the script
+        ...
+        pmodel = make_parallel(model, get_allworkers_devlist())
+        pmodel.compile(...)
+        pmodel.fit(x, y, batch_size=64)                       # 32 samples a step on each worker
     """
     gdev_list = list(gdev_list)
     if len(gdev_list) < 2:

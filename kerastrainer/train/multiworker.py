@@ -13,7 +13,7 @@ stopping early when a callback on any worker raises ``StopTraining``.
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -29,6 +29,9 @@ _STARTUP_ERROR = (
     "{who} must be created before TensorFlow runs its first op in this process: it configures TF's "
     "runtime ({what}), which is fixed once the runtime starts. Construct the trainer at the top of your "
     "script, before building DataFlows that use TF, models, optimizers or tensors ({err}).")
+
+# the MultiWorkerTrainer of several workers made in this process (TF's collective runtime is set once)
+_OF_THIS_PROCESS: List["MultiWorkerTrainer"] = []
 
 
 class WorkerSync:
@@ -261,12 +264,30 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
         self.num_local_replicas = len(self._strategy.extended.worker_devices)
         self._sum_fn = None
         self._init_sync()
+        if self.size > 1:
+            _OF_THIS_PROCESS[:] = [self]
         logger.info("MultiWorkerTrainer: rank %d of %d%s, %d replica(s) in sync, %s.", self.rank, self.size,
                     " (chief)" if self.is_chief else "", self._strategy.num_replicas_in_sync,
                     options.implementation.name)
 
     def _make_strategy(self) -> tf.distribute.Strategy:
         return self._strategy
+
+    @staticmethod
+    def of_this_process() -> Optional["MultiWorkerTrainer"]:
+        """The MultiWorkerTrainer of several workers created in this process, or None
+        (``make_parallel`` trains a list of every worker's devices with it)."""
+        return _OF_THIS_PROCESS[0] if _OF_THIS_PROCESS else None
+
+    @property
+    def local_devices(self) -> List[str]:
+        """This worker's replica devices (``'/job:worker/replica:0/task:1/device:CPU:0'``)."""
+        return list(self._strategy.extended.worker_devices)
+
+    @property
+    def cluster_resolver(self):
+        """The cluster this worker joined (``cluster_spec()``, ``task_type``, ``task_id``)."""
+        return self._strategy.cluster_resolver
 
     # --- collectives between calls --------------------------------------------------------
     def _first_local_replica_mask(self, dtype):
