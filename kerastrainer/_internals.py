@@ -38,7 +38,9 @@ __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_version
            "convert_variables_to_constants", "fresh_tf1_variable_store", "keep_op_in_graph",
            "replace_op_input",
            # process-wide patches
-           "install_variable_assign_patch", "install_tf_summary_patch"]
+           "install_variable_assign_patch", "install_tf_summary_patch", "install_tf1_layers",
+           # TF1 default session (tensorpack custom trainers)
+           "tf1_default_session", "give_tf1_op_name"]
 
 TESTED_TENSORFLOW = "2.21"   # major.minor of the tested TensorFlow
 TESTED_KERAS = "3.15"        # major.minor of the tested Keras
@@ -515,3 +517,82 @@ def install_tf_summary_patch(wrap_v2: Callable, kinds_v2, wrap_v1: Optional[Call
         fn = getattr(v1, kind, None)
         if fn is not None and not hasattr(fn, "_kerastrainer_original"):
             setattr(v1, kind, wrap_v1(kind, fn))
+
+
+def install_tf1_layers(module) -> bool:
+    """Process-wide patch: make ``tf.compat.v1.layers`` ``module`` when TF's own cannot load (with
+    Keras 3 its lazy loader fails on the missing Keras 2 package at the first attribute, so nothing
+    that works is replaced). Returns whether it was installed.
+    """
+    tf = _tf()
+    v1 = tf.compat.v1
+    current = v1.__dict__.get("layers")
+    if current is module:
+        return True
+    try:
+        getattr(current, "conv2d")
+        return False   # TF's tf.layers loads (Keras 2 installed): kept
+    except Exception:  # noqa: BLE001 - ModuleNotFoundError from the lazy loader, or no attribute
+        pass
+    setattr(v1, "layers", module)
+    return True
+
+
+# --- TF1 default session (tensorpack's custom trainers) -----------------------------------------
+@contextmanager
+def tf1_default_session(session):
+    """Make ``session`` (any object with ``graph`` and ``run(fetches, feed_dict)``) TF1's default
+    session, so that ``op.run()`` / ``tensor.eval()`` in a callback use it: TF's public
+    ``Session.as_default()`` takes only a real ``tf.compat.v1.Session``, which TF2 code cannot run."""
+    from tensorflow.python.framework import stack
+    check_versions()
+    with stack.default_session(session):
+        yield session
+
+
+_tf1_op_classes: dict = {}
+
+
+class _TF1VariableOp:
+    """What TF1 code reads of a variable's op (``v.op.name``, ``v.op.type``, ``v.op.graph``) for a
+    variable made eagerly for a TF1 graph."""
+
+    type = "VarHandleOp"
+
+    def __init__(self, name: Callable[[], str], graph):
+        self._name = name
+        self.graph = graph
+
+    @property
+    def name(self) -> str:
+        return self._name()
+
+    def __repr__(self):
+        return f"<variable op {self.name!r}>"
+
+
+def give_tf1_op_name(var, graph, name: Callable[[], str]):
+    """Let TF1 code read ``var.op.name`` (``name()``) of a variable made eagerly for the TF1 graph ``graph`` (its
+    handle is an eager tensor, whose ``.op`` raises): ``v.op.name`` is TF1's way to name a variable,
+    and TF2 has no public hook on ``ResourceVariable.op``. Done by switching the instance to a
+    subclass whose ``op`` is a stand-in carrying the name and ``graph``, in every context (TF1's
+    optimizers key their slots by ``(v.op.graph, v.op.name)`` once ``v.op`` exists: one key
+    whether they run eagerly or in the graph)."""
+    check_versions()
+    cls = type(var)
+    if not isinstance(getattr(cls, "op", None), property):
+        return var
+    base = getattr(cls, "_kerastrainer_tf1_base", cls)
+    sub = _tf1_op_classes.get(base)
+    if sub is None:
+        original = base.op
+
+        def op(self):
+            stand_in = self.__dict__.get("_kerastrainer_tf1_op")
+            return stand_in if stand_in is not None else original.fget(self)
+        sub = type(base.__name__, (base,), {"op": property(op, doc=original.__doc__), "_kerastrainer_tf1_base": base,
+                                           "__module__": base.__module__, "__qualname__": base.__qualname__})
+        _tf1_op_classes[base] = sub
+    var.__class__ = sub
+    var.__dict__["_kerastrainer_tf1_op"] = _TF1VariableOp(name, graph)
+    return var

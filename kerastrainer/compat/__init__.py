@@ -30,16 +30,20 @@ from .optimizer import call_optimizer, translate_optimizer
 from .summary import install_tf1_summaries
 from ..tfutils.tensors import get_op_tensor_name, get_tf_version_tuple
 from .variables import tf1_variables_in_store
+from . import tf_layers as _tf_layers
+from .._internals import install_tf1_layers
 from ..tfutils.sessinit import get_model_loader  # tensorpack's older name of SmartInit
 
 tfv1 = tf.compat.v1
 
 # compat reaches the core only through its hooks (tfutils/extensions.py), registered here:
 _extensions.add_tower_context(tf1_variables_in_store)      # tfv1.get_variable in a tower -> the layer store
+_extensions.add_tower_context(_tf_layers.tower_call_names)  # tfv1.layers' automatic names, per tower call
 _extensions.add_launch_context(eager_inside_tf1_graph)     # training inside `with tf.Graph().as_default():`
 _extensions.set_optimizer_reader(call_optimizer, translate_optimizer)  # tfv1.train optimizers -> Keras
 install_tf1_summaries()                                     # tfv1.summary.* in a tower -> the trainer
 keep_eager_execution()                                      # tfv1.disable_eager_execution() -> logged, eager stays on
+install_tf1_layers(_tf_layers)                              # tfv1.layers.* (gone with Keras 3) -> Keras 3 layers
 
 
 def is_tfv2() -> bool:

@@ -149,6 +149,10 @@ class KerasModelDesc(ModelDesc):
         # the optimizer's step counter and learning rate exist before it is built
         return unique_variables(list(self._keras_model.variables) + list(getattr(opt, "variables", [])))
 
+    def _attribute_weights(self) -> list:
+        # the Keras model's and its optimizer's variables: saved as theirs, never as the tower's
+        return self._variables()
+
     def get_model_variables(self) -> ModelVariables:
         mv = self.__dict__.get("_model_variables")
         if mv is None:

@@ -172,6 +172,10 @@ class KerasOwnStepDesc(ModelDesc):
             rekey_optimizer(o)
         return super().get_tower_function()
 
+    def _attribute_weights(self) -> list:
+        # the model's, its optimizers' and its metrics' variables (the step's first trace builds them)
+        return list(self._keras_model.variables) + self.state_variables()
+
     def get_model_variables(self) -> ModelVariables:
         mv = self.__dict__.get("_model_variables")
         if mv is None:

@@ -26,6 +26,7 @@ from .extensions import tower_contexts
 from .layer_store import LayerStore, log_layer_shapes
 from .summary import ensure_tower_summaries
 from .tower import TowerContext
+from .variable_replay import VariableReplay
 
 __all__ = ["TowerFunction", "ModelVariables"]
 
@@ -141,8 +142,11 @@ class TowerFunction:
     """A tower function ``fn(*inputs) -> cost`` (or a dict of costs, one per
     :class:`~kerastrainer.tfutils.objective.Objective`) with its input signature and layer store."""
 
-    def __init__(self, fn: Callable, input_signature: Sequence[tf.TensorSpec], layer_store: LayerStore):
+    def __init__(self, fn: Callable, input_signature: Sequence[tf.TensorSpec], layer_store: LayerStore,
+                 owned_variables: Optional[Callable[[], list]] = None):
         self.fn = fn
+        # variables with another owner than the tower (Keras layers kept by the model object)
+        self._owned_variables = owned_variables or (lambda: [])
         self.input_signature = list(input_signature)
         self.layer_store = layer_store
         self.summary_names: List[str] = []
@@ -150,6 +154,7 @@ class TowerFunction:
         self.cost_names: Optional[List[str]] = None   # the keys of a dict of costs (objectives)
         self._built = False
         self.created_variables: list = []
+        self.variable_replay = VariableReplay()   # Keras layers made anew in every call
 
     def __call__(self, *inputs, name: str = "tower0", is_training: bool = True, index: int = 0,
                  total: int = 1):
@@ -157,7 +162,7 @@ class TowerFunction:
         ensure_tower_summaries()
         with TowerContext(name, is_training=is_training, index=index, total=total,
                           layer_store=self.layer_store) as ctx, tower_contexts(self.layer_store), \
-                keras_training_phase(is_training):
+                keras_training_phase(is_training), self.variable_replay.scope() as first_call:
             # Tower code runs as written (graph semantics, as in tensorpack), not rewritten
             # by AutoGraph: use tf.cond / tf.while_loop for data-dependent control flow.
             cost = tf.autograph.experimental.do_not_convert(self.fn)(*inputs)
@@ -166,6 +171,10 @@ class TowerFunction:
                     cost = {k: _scalar_when_run(c) for k, c in cost.items()}
                 else:
                     cost = _scalar_when_run(cost)
+        if first_call:
+            # layers made in the call are made again by later calls, which get these variables back:
+            # named in the store from now on (regularize_cost, param summaries, checkpoints)
+            self.adopt_variables(self._owned_variables(), candidates=self.variable_replay.recorded)
         return cost, ctx
 
     def build(self, total: int = 1, require_cost: bool = True) -> None:
@@ -261,16 +270,17 @@ class TowerFunction:
                                  "(its shape is unknown with an unknown batch, e.g. after tf.squeeze). A per-example "
                                  "cost would train on the gradient of its sum: reduce it, e.g. with tf.reduce_mean.")
 
-    def adopt_variables(self, exclude=()) -> None:
+    def adopt_variables(self, exclude=(), candidates=None) -> None:
         """Keep variables the tower made outside the store (a Keras model built in build_graph)
         in the store, under their scoped names without the tower prefix
         (``'sequential/dense/kernel'``), so that they are trained and saved.
 
         ``exclude``: variables with another owner (Keras layers kept as model attributes).
+        ``candidates``: the variables to consider (default: those the build created).
         """
         known = {id(tf_variable_of(v)) for v in self.layer_store.named_variables().values()}
         known.update(id(tf_variable_of(v)) for v in exclude)
-        for var in self.created_variables:
+        for var in self.created_variables if candidates is None else candidates:
             if id(var) in known:
                 continue
             name = var.name.split(":")[0]

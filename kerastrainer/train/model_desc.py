@@ -81,17 +81,24 @@ class ModelDescBase:
     def get_tower_function(self) -> TowerFunction:
         tf_ = self.__dict__.get("_tower_function")
         if tf_ is None:
-            tf_ = TowerFunction(self.build_graph, self.get_input_signature(), self.layer_store)
+            tf_ = TowerFunction(self.build_graph, self.get_input_signature(), self.layer_store,
+                                owned_variables=self._attribute_weights)
             self.__dict__["_tower_function"] = tf_
         return tf_
+
+    def _weight_holders(self) -> dict:
+        """The Keras layers / models and ``tf.Variable``s kept as public attributes of the model."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_") and _is_trackable_weight_holder(v)}
+
+    def _attribute_weights(self) -> list:
+        return [v for obj in self._weight_holders().values()
+                for v in ([obj] if isinstance(obj, tf.Variable) else getattr(obj, "weights", []))]
 
     def get_model_variables(self) -> ModelVariables:
         """The trackable root saved as ``model`` in checkpoints."""
         mv = self.__dict__.get("_model_variables")
         if mv is None:
-            extra = {k: v for k, v in vars(self).items()
-                     if not k.startswith("_") and _is_trackable_weight_holder(v)}
-            mv = ModelVariables(self.layer_store, extra)
+            mv = ModelVariables(self.layer_store, self._weight_holders())
             self.__dict__["_model_variables"] = mv
         # variables the tower created outside the store and outside these attributes (a Keras
         # model built inside build_graph) join the store

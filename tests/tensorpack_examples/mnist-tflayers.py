@@ -2,18 +2,9 @@
 # -*- coding: utf-8 -*-
 # File: mnist-tflayers.py
 # Ported from tensorpack 0.11 examples/basics/mnist-tflayers.py (tensorpack/tensorpack on GitHub).
-# Edits: the import change `tensorpack` -> `kerastrainer` (4 lines), and the edits that the removal
-# of `tf.layers` from TF2 / Keras 3 forces (docs/tensorpack-migration.md, "Edits TensorFlow 2
-# forces", edit 2: `tf.compat.v1.layers.conv2d` raises "not available with Keras 3"):
-#   - `enable_argscope_for_module(tf.layers)` (and its comment) removed: there is no tf.layers to patch;
-#   - the 10 `tf.layers.*` calls written with kerastrainer's functional layers of the same names:
-#     conv2d(x, 32, 3, name=n) -> Conv2D(n, x, 32, 3); max_pooling2d(x, 2, 2, padding='valid')
-#     -> MaxPooling('max_pooling2d[_1]', x, 2, 2, padding='valid') (tf.layers' automatic names);
-#     flatten -> batch_flatten; dense(x, k, activation=a, name=n) -> FullyConnected(n, x, k, activation=a);
-#     dropout(x, rate=0.5, training=self.training) -> Dropout(x, rate=0.5, training=self.training);
-#     `argscope([tf.layers.conv2d], ...)` -> `argscope([Conv2D], ...)`;
-#   - as a consequence, the kernels are named `W` (tensorpack's name) instead of tf.layers' `kernel`:
-#     the two regexes 'fc.*/kernel' and '.*/kernel' became 'fc.*/W' and '.*/W'.
+# Edits: the import change `tensorpack` -> `kerastrainer` (4 lines). Nothing else: `tf.layers.*`
+# (here `kerastrainer.tfv1.layers`) runs on Keras 3 layers named as tf.layers named them
+# (conv0/kernel, fc1/bias), so the regexes `fc.*/kernel` and `.*/kernel` match as in TF1.
 
 from kerastrainer import tfv1 as tf
 from kerastrainer import *
@@ -29,6 +20,8 @@ the only differences are:
 """
 
 IMAGE_SIZE = 28
+# Monkey-patch tf.layers to support argscope.
+enable_argscope_for_module(tf.layers)
 
 
 class Model(ModelDesc):
@@ -51,17 +44,17 @@ class Model(ModelDesc):
 
         # The context manager `argscope` sets the default option for all the layers under
         # this context. Here we use 32 channel convolution with shape 3x3
-        with argscope([Conv2D], padding='same', activation=tf.nn.relu):
-            l = Conv2D('conv0', image, 32, 3)
-            l = MaxPooling('max_pooling2d', l, 2, 2, padding='valid')
-            l = Conv2D('conv1', l, 32, 3)
-            l = Conv2D('conv2', l, 32, 3)
-            l = MaxPooling('max_pooling2d_1', l, 2, 2, padding='valid')
-            l = Conv2D('conv3', l, 32, 3)
-            l = batch_flatten(l)
-            l = FullyConnected('fc0', l, 512, activation=tf.nn.relu)
-            l = Dropout(l, rate=0.5, training=self.training)
-        logits = FullyConnected('fc1', l, 10, activation=tf.identity)
+        with argscope([tf.layers.conv2d], padding='same', activation=tf.nn.relu):
+            l = tf.layers.conv2d(image, 32, 3, name='conv0')
+            l = tf.layers.max_pooling2d(l, 2, 2, padding='valid')
+            l = tf.layers.conv2d(l, 32, 3, name='conv1')
+            l = tf.layers.conv2d(l, 32, 3, name='conv2')
+            l = tf.layers.max_pooling2d(l, 2, 2, padding='valid')
+            l = tf.layers.conv2d(l, 32, 3, name='conv3')
+            l = tf.layers.flatten(l)
+            l = tf.layers.dense(l, 512, activation=tf.nn.relu, name='fc0')
+            l = tf.layers.dropout(l, rate=0.5, training=self.training)
+        logits = tf.layers.dense(l, 10, activation=tf.identity, name='fc1')
 
         # a vector of length B with loss of each sample
         cost = tf.nn.sparse_softmax_cross_entropy_with_logits(logits=logits, labels=label)
@@ -81,13 +74,13 @@ class Model(ModelDesc):
         # Here we apply a weight decay on all W (weight matrix) of all fc layers
         # If you don't like regex, you can certainly define the cost in any other methods.
         wd_cost = tf.multiply(1e-5,
-                              regularize_cost('fc.*/W', tf.nn.l2_loss),
+                              regularize_cost('fc.*/kernel', tf.nn.l2_loss),
                               name='regularize_loss')
         total_cost = tf.add_n([wd_cost, cost], name='total_cost')
         summary.add_moving_summary(cost, wd_cost, total_cost)
 
         # monitor histogram of all weight (of conv and fc layers) in tensorboard
-        summary.add_param_summary(('.*/W', ['histogram', 'rms']))
+        summary.add_param_summary(('.*/kernel', ['histogram', 'rms']))
         # the function should return the total cost to be optimized
         return total_cost
 
