@@ -114,12 +114,20 @@ def test_other_creation_order_loads_each_weight_by_name(tmp_path):
 def test_inserted_layer_is_named_and_nothing_else_is_blamed(tmp_path, kt_log):
     _train(str(tmp_path / "a"), Swappable())
     saved = load_chkpt_vars(latest_checkpoint(str(tmp_path / "a")))
-    t = _train(str(tmp_path / "b"), Swappable(insert=True), epochs=0, session_init=str(tmp_path / "a"))
+    # a plain load refuses: the new layer would keep its initial values unnoticed (issue 23, item 4)
+    with pytest.raises(CheckpointLoadError, match=r"(?s)does not fit the model.*mid/W \[4, 4\].*"
+                                                  r"SmartInit\(path, ignore_mismatch=True\)") as e:
+        _train(str(tmp_path / "b"), Swappable(insert=True), epochs=0, session_init=str(tmp_path / "a"))
+    assert "not in the model" not in str(e.value)   # the checkpoint's variables all have their place
+    # a partial load on purpose: one warning naming the new layer, the rest loaded
+    t = _train(str(tmp_path / "c"), Swappable(insert=True), epochs=0,
+               session_init=SmartInit(str(tmp_path / "a"), ignore_mismatch=True))
     warning = [m for m in kt_log.messages if "not in the checkpoint" in m]
     assert len(warning) == 1, kt_log.text()
     assert "mid/W" in warning[0] and "mid/b" in warning[0] and "optimizer/mid/W/momentums" in warning[0]
     for other in ("a/W", "b/W", "out/W"):
-        assert f" {other}," not in warning[0] and not warning[0].rstrip().endswith(other)
+        for text in (warning[0], str(e.value)):
+            assert f" {other} [" not in text and f" {other}," not in text and not text.rstrip().endswith(other)
     np.testing.assert_array_equal(weights_of(t)["b/W"], saved["b/W"])
     # auto-resume refuses it: one error naming the new layer
     with pytest.raises(CheckpointLoadError, match=r"(?s)does not fit the model.*mid/W.*new log directory"):

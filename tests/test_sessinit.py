@@ -1,4 +1,5 @@
 """Loading weights: npz by name, checkpoints, and the errors for bad files."""
+import logging
 import os
 
 import numpy as np
@@ -94,3 +95,64 @@ def test_log_dir_without_its_pointer_file_still_loads_the_newest_checkpoint(tmp_
     os.remove(str(tmp_path / "a" / "checkpoint"))  # the pointer is lost; the checkpoint files remain
     init = SmartInit(str(tmp_path / "a"))
     assert os.path.basename(init.path) == f"checkpoint-{t1.global_step}"
+
+
+def _predictor(init, model=None):
+    return OfflinePredictor(PredictConfig(model=model or MLP(), session_init=init, input_names=["x"],
+                                          output_names=["prob"]))
+
+
+def test_partial_checkpoint_loads_on_purpose_warn_and_plain_ones_refuse(tmp_path, kt_log):
+    """A checkpoint that leaves a variable of the model unrestored: an error, unless the load is
+    partial on purpose (SaverRestoreRelaxed's ignore list, ignore_mismatch=True)."""
+    from kerastrainer.tfutils.sessinit import SaverRestoreRelaxed
+    from kerastrainer.tfutils.varmanip import save_chkpt_vars
+    w = weights_of(_train(str(tmp_path / "a")))
+    prefix = str(tmp_path / "fc1_only" / "ckpt")
+    os.makedirs(os.path.dirname(prefix))
+    save_chkpt_vars({k: v for k, v in w.items() if k.startswith("fc1/")}, prefix)   # a TF1-style checkpoint
+    with pytest.raises(CheckpointLoadError, match=r"(?s)2 variable\(s\) of the model are not in the checkpoint: "
+                                                  r"fc2/W \[16, 3\], fc2/b \[3\].*ignore_mismatch=True"):
+        _predictor(prefix)
+    for init in (SmartInit(prefix, ignore_mismatch=True), SaverRestoreRelaxed(str(tmp_path / "a"), ignore=["fc2/W:0"])):
+        kt_log.clear()
+        loaded = _predictor(init)._target.named_variables()
+        np.testing.assert_array_equal(loaded["fc1/W"].numpy(), w["fc1/W"])
+        assert not np.array_equal(loaded["fc2/W"].numpy(), w["fc2/W"])
+        warned = kt_log.at_level(logging.WARNING)
+        assert len(warned) == 1 and "fc2/W [16, 3]" in warned[0] and "keep their current values" in warned[0], warned
+
+
+def test_a_checkpoint_with_more_variables_than_the_model_loads_it_whole_with_a_warning(tmp_path, kt_log):
+    w = weights_of(_train(str(tmp_path / "a")))
+    prefix = str(tmp_path / "more" / "ckpt")
+    os.makedirs(os.path.dirname(prefix))
+    from kerastrainer.tfutils.varmanip import save_chkpt_vars
+    save_chkpt_vars(dict(w, **{"aux/W": np.zeros((2, 2), "float32")}), prefix)
+    loaded = _predictor(prefix)._target.named_variables()
+    for k, v in w.items():
+        np.testing.assert_array_equal(loaded[k].numpy(), v)
+    assert any("not in the model: aux/W [2, 2]" in m for m in kt_log.at_level(logging.WARNING)), kt_log.text()
+
+
+def test_dict_of_automatic_keras_names_loads_into_the_model_built_again():
+    import keras
+    from kerastrainer.tfutils.sessinit import DictRestore
+    from kerastrainer.tfutils.tower_func import ModelVariables
+    from kerastrainer.tfutils.layer_store import LayerStore
+
+    class Target:
+        def __init__(self):
+            self.model = keras.Sequential([keras.Input((5, 5, 1)), keras.layers.Conv2D(2, 3),
+                                           keras.layers.Conv2D(2, 3)])
+            self.mv = ModelVariables(LayerStore(), {"net": self.model})
+
+        def named_variables(self):
+            return self.mv.named_variables()
+
+    first, second = Target(), Target()
+    arrays = {k: np.random.RandomState(1).randn(*v.shape).astype("float32") for k, v in first.named_variables().items()}
+    assert set(arrays) != set(second.named_variables())    # conv2d_2 where the dict has conv2d
+    DictRestore(arrays).init(second)
+    for (k1, v1), v2 in zip(arrays.items(), second.named_variables().values()):
+        np.testing.assert_array_equal(v2.numpy(), v1, err_msg=k1)

@@ -9,6 +9,13 @@ Example::
     SmartInit('train_log/mnist/checkpoint-1200')
     SmartInit('pretrained.npz')              # arrays named like 'conv0/W'
     SmartInit({'fc/b': np.zeros(10)})
+
+A checkpoint restores every variable of the model or refuses with one
+:class:`CheckpointLoadError` listing every unmatched variable of the model and of the
+checkpoint; names that differ only in Keras's auto-numbering (a Keras model built again
+in the same process) are matched by structure. A partial load is always on purpose:
+``SmartInit(path, ignore_mismatch=True)``, :class:`SaverRestoreRelaxed`, or a dict /
+``.npz`` (the arrays given are loaded, the rest named in a warning).
 """
 from __future__ import annotations
 
@@ -21,8 +28,8 @@ import tensorflow as tf
 from ..utils import logger
 from ..utils.casting import cast_exactly
 from .checkpoint_files import get_checkpoint_path, latest_checkpoint, list_checkpoints
-from .varmanip import (HYPERPARAMS_FROM, CheckpointLoadError, assign_by_name, counter_of, is_named_format, load_chkpt_vars,
-                       nonfinite_names)
+from .varmanip import (HYPERPARAMS_FROM, CheckpointLoadError, assign_by_name, counter_of, is_named_format,
+                       load_chkpt_vars, nonfinite_names, rename_by_structure)
 
 __all__ = ["SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore",
            "NpzInit", "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError",
@@ -49,12 +56,17 @@ class JustCurrentSession(SessionInit):
 class CheckpointInit(SessionInit):
     """Restore a checkpoint written by ``ModelSaver``, matching variables by name.
 
+    Names that differ only in Keras's auto-numbering (the same Keras model built again in
+    one process: ``conv2d_4/kernel`` against the saved ``conv2d_3/kernel``) are matched by
+    structure, optimizer slots following their variable; an info line says how many.
     Every missing, unexpected and shape-mismatched variable is reported in one
-    message: mismatched shapes are a :class:`CheckpointLoadError`, the others a
-    warning (an error with ``strict``). A damaged file is a ``CheckpointLoadError``
-    naming it. Checkpoints of the earlier creation-order format still load (through
-    the target's ``tf.train.Checkpoint``), with a warning; TF1 name-based checkpoints
-    (tensorpack's) load the model's variables by name.
+    message: a mismatched shape, or a variable of the model the checkpoint does not
+    restore, is a :class:`CheckpointLoadError` (never a warning with weights left at their
+    initial values); checkpoint variables the model lacks are a warning (an error with
+    ``strict``). A damaged file is a ``CheckpointLoadError`` naming it. Checkpoints of the
+    earlier creation-order format still load (through the target's ``tf.train.Checkpoint``),
+    with a warning; TF1 name-based checkpoints (tensorpack's) load the model's variables by
+    name, under the same rules.
 
     Args:
         path: a checkpoint prefix or a directory (its latest checkpoint).
@@ -65,8 +77,9 @@ class CheckpointInit(SessionInit):
             (the learning rate), ``'checkpoint'`` (the default: a resumed run continues where it
             stopped) or ``'code'`` wins; a warning names both values either way. An optimizer of
             another class (other slots) loads nothing of the saved one, with a warning.
-        ignore_mismatch: variables of another shape in the checkpoint keep their values, with a
-            warning naming them (tensorpack's knob), instead of an error.
+        ignore_mismatch: a partial load on purpose: variables of another shape in the checkpoint,
+            and variables of the model it does not have, keep their values, with one warning
+            naming them (tensorpack's knob, here also for missing variables), instead of an error.
 
     Example::
 
@@ -205,7 +218,14 @@ def get_model_loader(filename: str) -> SessionInit:
 
 
 class DictRestore(SessionInit):
-    """Assign arrays to variables by name (``'conv0/W'``); unknown names are warned about."""
+    """Assign arrays to variables by name (``'conv0/W'``); a partial load on purpose: unknown
+    names and variables not given are warned about. Names that differ only in Keras's
+    auto-numbering are matched by structure, as for checkpoints.
+
+    Example::
+
+        DictRestore({'fc/W': w, 'fc/b': b}).init(trainer)
+    """
 
     def __init__(self, variable_dict: Dict[str, np.ndarray], source: str = "dict"):
         self._dict = dict(variable_dict)
@@ -213,24 +233,26 @@ class DictRestore(SessionInit):
 
     def _init(self, target):
         named = target.named_variables()
-        unknown = sorted(set(self._dict) - set(named))
-        missing = sorted(set(named) - set(self._dict))
+        given = {k: np.asarray(v) for k, v in self._dict.items()}
+        given, shadowed = rename_by_structure(named, given, self._source)
+        unknown = sorted(set(given) - set(named)) + shadowed
+        missing = sorted(set(named) - set(given))
         if unknown:
             logger.warning("%s: %d arrays match no variable of the model and are ignored: %s",
                            self._source, len(unknown), ", ".join(unknown[:20]))
         if missing:
             logger.warning("%s: %d variables of the model are not given and keep their values: %s",
                            self._source, len(missing), ", ".join(missing[:20]))
-        for name in sorted(set(self._dict) & set(named)):
+        for name in sorted(set(given) & set(named)):
             var = named[name]
-            val = np.asarray(self._dict[name])
+            val = given[name]
             if tuple(val.shape) != tuple(var.shape):
                 raise CheckpointLoadError(
                     f"{self._source}: variable '{name}' has shape {tuple(var.shape)} in the model but "
                     f"{tuple(val.shape)} in the file.")
             var.assign(cast_exactly(val, np.dtype(getattr(var.dtype, "as_numpy_dtype", var.dtype)),
                                     f"{self._source}: variable '{name}'", CheckpointLoadError))
-        logger.info("Restored %d variables from %s", len(set(self._dict) & set(named)), self._source)
+        logger.info("Restored %d variables from %s", len(set(given) & set(named)), self._source)
 
 
 class NpzInit(DictRestore):
@@ -258,7 +280,14 @@ class ChainInit(SessionInit):
 def SmartInit(obj, *, ignore_mismatch: bool = False, hyperparams: str = "checkpoint") -> SessionInit:  # noqa: N802
     """Pick the right initialiser for ``obj``: None, a dict, an ``.npz``, a checkpoint or log dir,
     a SessionInit, or a list of those. ``ignore_mismatch`` and ``hyperparams`` apply to
-    checkpoints (see :class:`CheckpointInit`). (tensorpack's name.)"""
+    checkpoints (see :class:`CheckpointInit`): ``ignore_mismatch=True`` makes a checkpoint's
+    load partial on purpose. (tensorpack's name.)
+
+    Example::
+
+        SmartInit('train_log/run')                          # every variable, or an error
+        SmartInit('pretrained/checkpoint-100', ignore_mismatch=True)   # what matches; a warning
+    """
     if obj is None:
         return JustCurrentSession()
     if isinstance(obj, SessionInit):

@@ -12,8 +12,13 @@ shows them as they are::
 
 Loading matches names, never creation order: a model whose layers are created in
 another order loads correctly, and every missing, unexpected and mismatched name
-is reported at once (mismatched shapes are an error; missing and unexpected names
-are warnings, as in tensorpack's ``SaverRestore``).
+is reported at once. Where names differ only in Keras's auto-numbering (the same
+architecture built again in one process: ``conv2d_4/kernel`` in the model,
+``conv2d_3/kernel`` in the checkpoint), the variables are paired by structure
+(:func:`match_by_structure`), optimizer slots following their variable. A variable
+of the model left unrestored is an error (so is a mismatched shape) unless the load
+is partial on purpose (``ignore_mismatch=True``: one warning naming them);
+checkpoint entries the model has no variable for are a warning.
 
 Checkpoints of the earlier, creation-order format (a ``tf.train.Checkpoint`` object
 graph) are still read through the model's ``tf.train.Checkpoint``.
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -41,7 +47,7 @@ from .checkpoint_files import get_checkpoint_path, list_checkpoints
 
 __all__ = ["CheckpointLoadError", "CheckpointWriteError", "NonFiniteWeightsError", "FORMAT_KEY", "FORMAT_NAMED",
            "checkpoint_variables", "write_checkpoint", "load_chkpt_vars", "is_named_format",
-           "nonfinite_names", "assign_by_name", "match_report",
+           "nonfinite_names", "assign_by_name", "match_report", "match_by_structure", "rename_by_structure",
            # tensorpack's names at this path
            "get_checkpoint_path", "get_all_checkpoints", "load_checkpoint_vars", "save_chkpt_vars",
            "save_checkpoint_vars", "dump_session_params", "SessionUpdate"]
@@ -390,23 +396,145 @@ def _show(value: np.ndarray) -> str:
     return str(value.tolist())
 
 
+# --- pairing by structure where Keras's automatic names differ ----------------------------------
+_AUTO_NUMBERED = re.compile(r"(.+?)_(\d+)")
+
+
+def _structure_key(name: str) -> Tuple[str, Tuple[int, ...]]:
+    """``('keras_model/conv2d/kernel', (-1, 3))`` for ``'keras_model/conv2d_3/kernel'``: the name with
+    each layer's auto-number stripped (the last part, the variable's role, is kept whole), and the
+    numbers, which order the layers of one kind as Keras numbered them (in creation order)."""
+    parts = name.split("/")
+    canon, numbers = [], []
+    for part in parts[:-1]:
+        m = _AUTO_NUMBERED.fullmatch(part)
+        canon.append(m.group(1) if m else part)
+        numbers.append(int(m.group(2)) if m else -1)
+    return "/".join(canon + parts[-1:]), tuple(numbers)
+
+
+def _dtype_name(v) -> Optional[str]:
+    try:
+        return tf.as_dtype(v.dtype).name
+    except TypeError:
+        return None
+
+
+def match_by_structure(model: Dict[str, object], saved: Dict[str, object]) -> Dict[str, str]:
+    """``{model name: checkpoint name}`` pairing variables whose names differ only in Keras's
+    auto-numbering (``conv2d_4/kernel`` ~ ``conv2d_3/kernel``); empty when the names leave nothing
+    to pair (no variable of the model is missing from ``saved``, or none of ``saved`` is unused).
+
+    Variables are grouped by (name without the auto-numbers, shape, dtype): the layer's kind and
+    nesting, the variable's role. A group with as many variables on both sides pairs them in
+    the order of their numbers (Keras numbers layers in creation order, and the same code
+    creates them in the same order). A name without a number found on both sides with the same
+    shape and dtype (a layer the user named) keeps its name match; a group of unequal sizes
+    (another architecture) pairs nothing, and its variables are left to matching by name.
+    Values are variables or arrays.
+
+    Example::
+
+        match_by_structure({'conv2d_4/kernel': v}, {'conv2d_3/kernel': a})
+        # {'conv2d_4/kernel': 'conv2d_3/kernel'}
+    """
+    if all(n in saved for n in model) or all(n in model for n in saved):
+        return {}
+    groups: Dict[tuple, Tuple[list, list]] = {}
+    for side, (names, other) in enumerate(((model, saved), (saved, model))):
+        for n, v in names.items():
+            canon, numbers = _structure_key(n)
+            if n in other and max(numbers, default=-1) < 0 and _shape(v) == _shape(other[n]) \
+                    and _dtype_name(v) == _dtype_name(other[n]):
+                continue   # named by the user (or Keras's first of a kind), found by name
+            groups.setdefault((canon, _shape(v), _dtype_name(v)), ([], []))[side].append((numbers, n))
+    pairs = {}
+    for mine, theirs in groups.values():
+        if len(mine) == len(theirs):
+            pairs.update((m, c) for (_, m), (_, c) in zip(sorted(mine), sorted(theirs)))
+    return pairs
+
+
+def _slot_owner(key: str, names) -> Optional[Tuple[str, str, str]]:
+    """``(base, variable name, slot)`` of an optimizer slot key ``<base><variable name>/<slot>``
+    whose variable is one of ``names``; ``base`` is ``'optimizer/'`` or ``'optimizer/<objective>/'``."""
+    if not key.startswith(OPTIMIZER_PREFIX):
+        return None
+    head, _, slot = key[len(OPTIMIZER_PREFIX):].rpartition("/")
+    if head in names:
+        return OPTIMIZER_PREFIX, head, slot
+    objective, _, var = head.partition("/")
+    if var in names:
+        return f"{OPTIMIZER_PREFIX}{objective}/", var, slot
+    return None
+
+
+def rename_by_structure(wanted: Dict[str, object], arrays: Dict[str, np.ndarray],
+                        source: str) -> Tuple[Dict[str, np.ndarray], List[str]]:
+    """``(arrays keyed by the model's names, names of saved variables left unmatched by a pairing)``:
+    the saved model variables that :func:`match_by_structure` pairs with ``wanted``'s (a model's
+    variables by name, with optimizer slots or not), and their optimizer slots, renamed to the
+    model's names; one info line says how many and shows examples.
+
+    Example::
+
+        arrays, shadowed = rename_by_structure(trainer.named_variables(), load_chkpt_vars(path), path)
+    """
+    model = {k: v for k, v in wanted.items() if not k.startswith(OPTIMIZER_PREFIX) and k not in COUNTERS}
+    saved = {k: v for k, v in arrays.items() if not k.startswith(OPTIMIZER_PREFIX) and k not in COUNTERS
+             and not k.startswith("_kerastrainer/") and k != _OBJECT_GRAPH_KEY}
+    pairs = {m: c for m, c in match_by_structure(model, saved).items() if m != c}
+    if not pairs:
+        return arrays, []
+    to_model = {c: m for m, c in pairs.items()}
+    kept, moved = {}, {}
+    for k, v in arrays.items():
+        if k in to_model:
+            moved[to_model[k]] = v
+            continue
+        slot = _slot_owner(k, to_model)
+        if slot is not None:
+            base, var, name = slot
+            moved[f"{base}{to_model[var]}/{name}"] = v
+        else:
+            kept[k] = v
+    # a saved variable not paired whose name another pairing took: it matches nothing now
+    shadowed = sorted(k for k in kept if k in moved and k in saved)
+    kept.update(moved)
+    examples = ", ".join(f"{m} <- {c}" for m, c in list(pairs.items())[:2])
+    logger.info("Loading '%s': %d variable(s) matched by structure, their automatic layer names differing "
+                "(the same architecture built again), e.g. %s.", source, len(pairs), examples)
+    return kept, shadowed
+
+
+def _with_shapes(names: List[str], values: Dict[str, object]) -> str:
+    """``'conv2d/kernel [3, 3, 1, 8], ...'``: a shape tells a layer apart when names do not."""
+    return ", ".join(f"{n} {list(_shape(values[n]))}" for n in names)
+
+
 def assign_by_name(target, arrays: Dict[str, np.ndarray], source: str, model_only: bool = False,
                    strict: bool = False, hyperparams: str = "checkpoint", ignore_mismatch: bool = False) -> int:
     """Assign saved arrays to ``target``'s variables by name; returns how many were assigned.
 
-    Every problem is reported in one message: mismatched shapes raise
-    :class:`CheckpointLoadError`; missing and unexpected names are a warning, or an
-    error when ``strict`` (a resumed run must continue the same model). With
-    ``model_only`` the optimizer's and the counters' entries are neither loaded nor
-    reported. ``hyperparams``: which learning rate (and other optimizer hyper-parameter)
-    wins where the code and the checkpoint differ; see :func:`_reconcile_optimizer`.
+    Names that differ only in Keras's auto-numbering are paired by structure first
+    (:func:`match_by_structure`). Every problem is reported in one message: a mismatched
+    shape or a variable of the model the checkpoint does not restore raises
+    :class:`CheckpointLoadError` listing every unmatched variable of the model and of the
+    checkpoint, unless ``ignore_mismatch`` (a partial load on purpose: one warning, those
+    variables keep their values). Checkpoint variables the model lacks are a warning, or an
+    error when ``strict`` (a resumed run must continue the same model). With ``model_only``
+    the optimizer's and the counters' entries are neither loaded nor reported; optimizer
+    state that does not match is a warning (the optimizer starts afresh there).
+    ``hyperparams``: which learning rate (and other optimizer hyper-parameter) wins where the
+    code and the checkpoint differ; see :func:`_reconcile_optimizer`.
     """
     if hyperparams not in HYPERPARAMS_FROM:
         raise ValueError(f"hyperparams must be one of {HYPERPARAMS_FROM}; got {hyperparams!r}")
     wanted = checkpoint_variables(target, model_only=model_only)
     if model_only:
         arrays = {k: v for k, v in arrays.items() if not (k.startswith(OPTIMIZER_PREFIX) or k in COUNTERS)}
-    else:
+    arrays, shadowed = rename_by_structure(wanted, arrays, source)
+    if not model_only:
         arrays = _reconcile_optimizers(target, wanted, arrays, source, hyperparams)
     matched, missing, unexpected, mismatched = match_report(wanted, arrays)
     missing_model, missing_other = _split(missing)
@@ -418,19 +546,22 @@ def assign_by_name(target, arrays: Dict[str, np.ndarray], source: str, model_onl
                          f"{n} (model {list(ms)}, checkpoint {list(cs)})" for n, ms, cs in mismatched))
     if missing_model:
         lines.append(f"{len(missing_model)} variable(s) of the model are not in the checkpoint: "
-                     + ", ".join(missing_model))
-    if unexpected_model:
-        lines.append(f"{len(unexpected_model)} variable(s) of the checkpoint are not in the model: "
-                     + ", ".join(unexpected_model))
+                     + _with_shapes(missing_model, wanted))
+    if unexpected_model or shadowed:
+        lines.append(f"{len(unexpected_model) + len(shadowed)} variable(s) of the checkpoint are not in the model: "
+                     + ", ".join(filter(None, [_with_shapes(unexpected_model, arrays),
+                                               ", ".join(f"{n} (its name matched by another)" for n in shadowed)])))
     other = missing_other + unexpected_other
     if other:
         lines.append(f"optimizer state or counters that do not match ({len(missing_other)} missing, "
                      f"{len(unexpected_other)} unexpected): " + ", ".join(other))
-    if (mismatched and not ignore_mismatch) or (strict and (missing_model or unexpected_model)):
+    if ((mismatched or missing_model) and not ignore_mismatch) or (strict and (missing_model or unexpected_model
+                                                                              or shadowed)):
         hint = ("The checkpoint was written by a different model: use a new log directory, or load "
-                "its weights on purpose with session_init=SmartInit(...)." if strict else
-                "Check the model definition, or load only the matching variables with a dict or "
-                ".npz (SmartInit).")
+                "its weights on purpose with session_init=SmartInit(path, ignore_mismatch=True)." if strict else
+                "Check the model definition (the same code builds the same variables). To load only the "
+                "matching variables on purpose, the others keeping their values, use "
+                "SmartInit(path, ignore_mismatch=True), or a dict / .npz of the arrays to load.")
         raise CheckpointLoadError(f"Checkpoint '{source}' does not fit the model:\n  " + "\n  ".join(lines)
                                   + f"\n{hint}")
     if lines:
