@@ -4,6 +4,7 @@ Every check trains the same model (same initial weights) on the same data with `
 / ``evaluate`` and with ``KerasModel``, and compares the numbers.
 """
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -182,7 +183,7 @@ def test_evaluate_returns_what_keras_returns():
     km2 = KerasModel(_pair()[1])
     km2.compile("sgd", _xent())
     assert isinstance(km2.evaluate(x, y, verbose=0), float)
-    assert isinstance(km.evaluate((x, y)), dict)       # kerastrainer's packed form keeps its dict
+    assert km.evaluate((x, y)) == pytest.approx(km.evaluate(x, y))   # one rule for every form
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
     _close(km.evaluate(ds, return_dict=True)["loss"], ref.evaluate(ds, verbose=0)[0])
 
@@ -247,3 +248,74 @@ def test_progbar_logger_and_lambda_callback_run():
         keras.callbacks.ProgbarLogger(),
         keras.callbacks.LambdaCallback(on_epoch_end=lambda e, logs: seen.append(type(seen).__name__))])
     assert len(seen) == 2
+
+
+# --- one batch rule: the global batch, for every input kind, on 1 device, 2 replicas, 2 workers ----
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from keras_programs import batch_rule  # noqa: E402
+
+
+def _close_to_keras(weights, what):
+    for got, want in zip(weights, batch_rule.keras_reference()):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=what)
+
+
+@pytest.mark.parametrize("kind", batch_rule.KINDS)
+def test_global_batch_on_one_device_and_two_replicas_for_every_input_kind(kind):
+    from kerastrainer.train import SyncMultiGPUTrainerReplicated
+    _close_to_keras(batch_rule.train(kind), f"{kind}, one device")
+    trainer = SyncMultiGPUTrainerReplicated(["/cpu:0", "/cpu:1"], steps_per_call=1)
+    _close_to_keras(batch_rule.train(kind, trainer), f"{kind}, two replicas")
+
+
+def _two_workers(tmp_path, kinds):
+    import subprocess
+    cmd = [sys.executable, "-m", "kerastrainer.run", "-np", "2", "--grace", "5", sys.executable,
+           batch_rule.__file__, str(tmp_path), *kinds]
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join([here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    for kind in kinds:
+        with np.load(tmp_path / f"{kind}.npz") as z:
+            yield kind, [z[f"arr_{i}"] for i in range(len(z.files))]
+
+
+def test_global_batch_on_two_workers_tf_data_and_numpy(tmp_path):
+    # the issue's case: a tf.data batch was per worker (twice Keras's global batch)
+    for kind, weights in _two_workers(tmp_path, ["tfdata", "numpy"]):
+        _close_to_keras(weights, f"{kind}, two workers")
+
+
+@pytest.mark.slow
+def test_global_batch_on_two_workers_generator_pydataset_dataflow(tmp_path):
+    for kind, weights in _two_workers(tmp_path, ["generator", "pydataset", "dataflow"]):
+        _close_to_keras(weights, f"{kind}, two workers")
+
+
+def test_global_batch_that_workers_cannot_share_is_an_error():
+    from kerastrainer.keras.model import _shard
+    x, y = batch_rule.make_data()
+    with pytest.raises(ValueError, match="batch_size=7 is the global batch of 2 workers: make it a multiple of 2"):
+        _shard((x, y), 7, 0, 2)
+    (xs, ys), local, worker = _shard((x, y), 8, 1, 2)
+    assert local == 4 and worker == (0, 1) and np.array_equal(xs, x[1::2]) and np.array_equal(ys, y[1::2])
+    ds, local, worker = _shard(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), None, 1, 2)
+    assert worker == (1, 2) and local is None
+
+
+def test_worker_takes_its_parts_of_each_global_batch():
+    from kerastrainer.keras.data import SplitBatches, as_keras_data
+    x, y = batch_rule.make_data()
+    for data in [(x, y), tf.data.Dataset.from_tensor_slices((x, y)).batch(10)]:
+        kd = as_keras_data(data, batch_size=10 if isinstance(data, tuple) else None, shuffle=False)
+        source, steps = kd.make_input(lambda dp: list(dp), num_replicas=2, worker=(1, 2))
+        assert steps == 4
+    # a global batch of 10 on 2 workers x 2 replicas: parts of 2, 3, 2, 3; worker 1 takes the last two
+    parts = list(SplitBatches([[x[:10], y[:10]]], 4, with_share=True, parts=range(2, 4)))
+    assert [len(p[0]) for p in parts] == [2, 3]
+    np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), x[5:10])
+    assert [float(p[-1]) for p in parts] == pytest.approx([0.8, 1.2])
+    with pytest.raises(ValueError, match="must be a range inside range"):
+        SplitBatches([], 2, parts=range(1, 3))

@@ -260,7 +260,7 @@ def test_program_4_evaluate_runs_the_models_test_step():
     expected = ref.evaluate(x, y, verbose=0, return_dict=True)
     km = KerasModel(_dense_model(CustomModel4))
     km.compile(loss="mse", metrics=["mae"])
-    got = km.evaluate((x, y))
+    got = km.evaluate((x, y), return_dict=True)
     assert got == pytest.approx(expected, rel=1e-6)
 
 

@@ -74,7 +74,7 @@ def test_add_loss_model_compiled_with_loss_none_trains_on_x_alone_like_keras_fit
     assert hist.history["loss"][-1] < hist.history["loss"][0]
     assert _max_weight_diff(ref, model) < 1e-5
     # evaluate traces the model again: the loss is this call's add_loss only
-    assert km.evaluate(x, batch_size=16)["loss"] == pytest.approx(ref.evaluate(x, batch_size=16, verbose=0),
+    assert km.evaluate(x, batch_size=16) == pytest.approx(ref.evaluate(x, batch_size=16, verbose=0),
                                                                   rel=1e-5)
 
 

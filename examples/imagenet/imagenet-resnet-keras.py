@@ -107,7 +107,7 @@ def evaluate(args):
     ds = U.get_imagenet_dataflow(args.data, "val", args.val_batch or args.batch, args.image_size,
                                  args.data_workers, args.meta_dir)
     # evaluate() weights each batch by its size: exact means over the whole val set
-    res = km.evaluate(ds)
+    res = km.evaluate(ds, return_dict=True)
     count = U.count_images(args.data, "val", args.meta_dir)
     print(U.report_errors(res["error_top1"] * count, res["error_top5"] * count, count), flush=True)
     return res

@@ -9,10 +9,17 @@ into an InputSource for the trainer:
   DataFlow -> a DataFlow of flat batches -> ``QueueInput``;
 - a ``tf.data.Dataset`` -> ``TFDatasetInput``.
 
-The batch is **global**: with N replicas each global batch is split into N
+The batch is **global**, for every kind of data: with N replicas in all (the
+replicas of this process times the workers) each global batch is split into N
 per-replica batches (sizes differ by at most one when the batch does not divide
-evenly; a batch smaller than N is dropped). This is Keras' rule; ModelDesc
-trainers instead take one DataFlow batch per tower. Each flat batch ends with one
+evenly; a batch smaller than N is dropped, with a warning). This is Keras' rule;
+ModelDesc trainers instead take one DataFlow batch per tower. With W workers, a
+batched source (``tf.data``, ``PyDataset``, generator, DataFlow) is read whole by
+every worker, and worker r trains on parts ``r*L .. r*L+L-1`` of each batch (L
+replicas a worker): the parts one process with ``W*L`` replicas would get
+(``tf.distribute``'s ``AutoShardPolicy.DATA`` does the same). Numpy arrays are
+sharded by sample instead (``fit`` does it: every W-th sample, ``batch_size / W``
+a step; see ``KerasModel.fit``). Each flat batch ends with one
 more component, the replica's *share* ``n_replica * N / n_global`` (1.0 for an
 even split or a whole batch): the tower weights its loss by it, so uneven splits
 give the whole batch's loss and gradients.
@@ -21,6 +28,7 @@ Example::
 
     data = as_keras_data((x_train, y_train), batch_size=64)
     source, steps = data.make_input(io, num_replicas=2)
+    source, steps = data.make_input(io, num_replicas=1, worker=(1, 2))   # worker 1 of 2: 2nd half
 """
 from __future__ import annotations
 
@@ -214,21 +222,26 @@ class SplitBatches(ProxyDataFlow):
     Batches smaller than ``num_parts`` are dropped, with one warning. With
     ``with_share`` each part ends with its share ``len(part) * num_parts / len(batch)``
     (a float32 scalar): the loss of a part weighted by its share, averaged over the
-    parts, is the loss of the whole batch.
+    parts, is the loss of the whole batch. ``parts`` (default all) are the indices of
+    the parts yielded: a worker's own replicas' parts of a global batch.
 
     Example::
 
         ds = SplitBatches(ds, 2)    # a batch of 64 -> two batches of 32; 93 -> 47 and 46
+        ds = SplitBatches(ds, 4, parts=range(2, 4))   # worker 1 of 2 (2 replicas each): the last 32
     """
 
-    def __init__(self, ds, num_parts: int, with_share: bool = False):
+    def __init__(self, ds, num_parts: int, with_share: bool = False, parts: Optional[range] = None):
         super().__init__(ds)
         self.num_parts = int(num_parts)
         self.with_share = with_share
+        self.parts = range(self.num_parts) if parts is None else parts
+        if not self.parts or self.parts[0] < 0 or self.parts[-1] >= self.num_parts:
+            raise ValueError(f"parts={parts!r} must be a range inside range({self.num_parts}).")
         self._warned = False
 
     def __len__(self) -> int:
-        return len(self.ds) * self.num_parts
+        return len(self.ds) * len(self.parts)
 
     def __iter__(self):
         n = self.num_parts
@@ -241,7 +254,7 @@ class SplitBatches(ProxyDataFlow):
                                    size, n)
                 continue
             bounds = [(i * size) // n for i in range(n + 1)]
-            for i in range(n):
+            for i in self.parts:
                 part = [c[bounds[i]:bounds[i + 1]] for c in dp]
                 if self.with_share:
                     part.append(np.float32((bounds[i + 1] - bounds[i]) * n / size))
@@ -282,9 +295,10 @@ class _Peeked(ProxyDataFlow):
         yield from self.ds
 
 
-def _split_dataset(ds: tf.data.Dataset, n: int) -> tf.data.Dataset:
+def _split_dataset(ds: tf.data.Dataset, n: int, parts: Optional[range] = None) -> tf.data.Dataset:
     """Each flat global batch -> ``n`` consecutive per-replica batches and their shares (see
-    :class:`SplitBatches`); batches smaller than n are dropped, with one warning."""
+    :class:`SplitBatches`), only those of ``parts`` (default all); batches smaller than n are
+    dropped, with one warning."""
     warned = []
 
     def warn(size):  # in Python (tf.py_function), only for a dropped batch
@@ -300,7 +314,8 @@ def _split_dataset(ds: tf.data.Dataset, n: int) -> tf.data.Dataset:
                        lambda: tf.reshape(tf.py_function(warn, [size], tf.bool), []))
 
     ds = ds.filter(keep)
-    index = tf.data.Dataset.range(n)
+    parts = range(n) if parts is None else parts
+    index = tf.data.Dataset.range(parts.start, parts.stop)
 
     def expand(*comps):
         size = tf.shape(comps[0], out_type=tf.int64)[0]
@@ -333,18 +348,26 @@ class KerasData:
             return _FlatBatches(TFDatasetFlow(self.source), flatten, with_share)
         return _FlatBatches(self.source, flatten, with_share)
 
-    def make_input(self, flatten: Callable, num_replicas: int) -> Tuple[InputSource, Optional[int]]:
-        """``(InputSource, steps per epoch)``; each global batch is split over ``num_replicas``,
-        each part followed by its share (see :class:`SplitBatches`)."""
+    def make_input(self, flatten: Callable, num_replicas: int,
+                   worker: Tuple[int, int] = (0, 1)) -> Tuple[InputSource, Optional[int]]:
+        """``(InputSource, steps per epoch)``; each global batch is split over ``num_replicas``
+        times the workers, each part followed by its share (see :class:`SplitBatches`).
+        ``worker=(rank, size)``: this worker's ``num_replicas`` parts of each global batch
+        (every worker reads every batch; ``steps`` is the number of global batches)."""
+        rank, size = int(worker[0]), int(worker[1])
+        if size < 1 or not 0 <= rank < size:
+            raise ValueError(f"worker=(rank, size) must have 0 <= rank < size; got {worker!r}.")
+        total = num_replicas * size
+        parts = range(rank * num_replicas, (rank + 1) * num_replicas)
         if self.kind == "dataset":
             ds = self.source.map(lambda *e: tuple(flatten(_as_datapoint(e))))
-            if num_replicas > 1:
-                ds = _split_dataset(ds, num_replicas)
+            if total > 1:
+                ds = _split_dataset(ds, total, parts)
             else:
                 ds = ds.map(lambda *c: tuple(c) + (tf.constant(1.0),))
             return TFDatasetInput(ds), self.steps
         flow = _FlatBatches(self.source, flatten)
-        flow = SplitBatches(flow, num_replicas, with_share=True) if num_replicas > 1 else \
+        flow = SplitBatches(flow, total, with_share=True, parts=parts) if total > 1 else \
             _FlatBatches(self.source, flatten, with_share=True)
         return QueueInput(flow), self.steps
 

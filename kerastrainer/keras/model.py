@@ -8,14 +8,19 @@ as after ``keras.Model.fit``. Behind ``fit``, the compiled model becomes a
 devices): the multi-step ``tf.function``, the in-graph input queue, kerastrainer
 callbacks and monitors, checkpoints.
 
-**Batches are global** (Keras' rule): with N replicas each batch of the data is
-split into N per-replica batches, and each replica's loss is weighted by its share
-of the batch, so any batch size gives the single-device numbers. With several
-workers (``MultiWorkerTrainer``, ``HorovodTrainer``) ``batch_size`` is the global
-batch of all workers and each worker reads its own shard of the data (see
-:meth:`KerasModel.fit`). ModelDesc trainers instead give each tower its own
-DataFlow batch (tensorpack's rule), and so does an ``InputSource`` given as
-``input`` (tensorpack's ``KerasModel`` contract, below).
+**One batch rule: batches are global** (Keras' rule), on one device, several replicas
+and several workers alike, for numpy arrays, ``tf.data``, generators, ``PyDataset`` and
+DataFlows: ``batch_size`` (numpy) and every batch a batched source yields are the
+batch of one step of the whole job. With N replicas in all (replicas of each process
+times workers) each batch is split into N per-replica parts, and each replica's loss
+is weighted by its share of the batch, so any batch size gives the single-device
+numbers (a batch smaller than N is skipped, with a warning). With several workers
+(``MultiWorkerTrainer``, ``HorovodTrainer``) numpy arrays are sharded by sample
+(``batch_size`` must be a multiple of the workers: an error says so) and a batched
+source is read whole by every worker, which trains on its own parts of each batch
+(see :meth:`KerasModel.fit`). ModelDesc trainers instead give each tower its own
+DataFlow batch (tensorpack's rule), and so do an ``InputSource`` given as ``input``
+(tensorpack's ``KerasModel`` contract, below) and a ``ShardedDataFlow``.
 
 Example::
 
@@ -64,7 +69,7 @@ from ..callbacks.prog import ProgressBar
 from ..callbacks.trigger import EnableCallbackIf
 from ..callbacks.inference_runner import InferenceRunner
 from ..dataflow.base import is_dataflow
-from ..dataflow.shard import ShardedDataFlow, shard_dataflow
+from ..dataflow.shard import ShardedDataFlow
 from ..input_source.base import InputSource, InputSourceError
 from ..tfutils.extensions import translate_optimizer
 from ..train.base import Trainer
@@ -184,28 +189,34 @@ def _worker_rank_size(trainer: Trainer) -> (int, int):
 
 
 def _shard(data_arg, batch_size: Optional[int], rank: int, size: int):
-    """This worker's part of ``data_arg`` and its local batch size (``batch_size`` is global).
+    """``(data, local batch size, worker)`` for worker ``rank`` of ``size``: ``batch_size`` and
+    every batch of a batched source are global (Keras's rule, see :meth:`KerasModel.fit`).
 
-    numpy arrays: every ``size``-th sample, ``batch_size / size`` of them a step; a
-    ``tf.data.Dataset``: ``Dataset.shard``; a DataFlow: every ``size``-th batch (its
-    batches are per worker). A ``KerasData``, a ``ShardedDataFlow`` or a PyDataset
-    (sharded after conversion) are returned as they are.
+    numpy arrays: every ``size``-th sample, ``batch_size / size`` of them a step (``worker``
+    ``(0, 1)``: the local batch is split over the local replicas only); a batched source
+    (``tf.data.Dataset``, ``PyDataset``, generator, DataFlow) is read whole and ``worker`` is
+    ``(rank, size)``: ``make_input`` keeps this worker's part of each global batch. A
+    ``ShardedDataFlow`` is this worker's already (the user sharded it): its batches are per worker.
     """
-    if isinstance(data_arg, (KerasData, ShardedDataFlow, keras.utils.PyDataset)):
-        return data_arg, batch_size
-    if isinstance(data_arg, tf.data.Dataset):
-        return data_arg.shard(size, rank), batch_size
-    if is_dataflow(data_arg):
-        return shard_dataflow(data_arg, rank, size), batch_size
-    if not (isinstance(data_arg, tuple) and len(data_arg) == 2):
-        return data_arg, batch_size  # as_keras_data explains what it takes
-    x, y = data_arg
+    if isinstance(data_arg, ShardedDataFlow):
+        logger.info("KerasModel: the data is a ShardedDataFlow: its batches are this worker's own (the global "
+                    "batch is %d of them).", size)
+        return data_arg, batch_size, (0, 1)
+    arrays = isinstance(data_arg, tuple) and len(data_arg) in (2, 3) and _is_arrays(data_arg[0])
+    if not arrays:
+        if isinstance(data_arg, tuple) and len(data_arg) == 1:
+            arrays = _is_arrays(data_arg[0])
+        elif _is_arrays(data_arg):
+            data_arg, arrays = (data_arg,), True
+    if not arrays:
+        return data_arg, batch_size, (rank, size)
     global_batch = batch_size or DEFAULT_BATCH_SIZE
     if global_batch % size:
         raise ValueError(f"batch_size={global_batch} is the global batch of {size} workers: make it a multiple "
                          f"of {size} (each worker takes batch_size / {size} samples a step).")
     take = lambda a: np.asarray(a)[rank::size]  # noqa: E731
-    return (_map(take, x), _map(take, y)), global_batch // size
+    sharded = tuple(None if part is None else _map(take, part) for part in data_arg)
+    return (sharded[0] if len(sharded) == 1 else sharded), global_batch // size, (0, 1)
 
 
 class _KerasDefault(int):
@@ -539,15 +550,18 @@ class KerasModel:
 
         Args:
             batch_size: the **global** batch for numpy inputs (default 32), split over the
-                replicas and, with several workers, over the workers (Keras's rule); batched
-                sources (``tf.data``, ``PyDataset``, DataFlow) give global batches too.
+                replicas and, with several workers, over the workers (Keras's rule; a
+                multiple of the workers); batched sources (``tf.data``, ``PyDataset``,
+                generators, DataFlow) give global batches too, on any number of workers.
             callbacks: kerastrainer callbacks and ``keras.callbacks`` objects, mixed.
             session_init: weights to start from: a kerastrainer checkpoint (or its log
                 directory), or anything ``SmartInit`` takes.
-            shard: with several workers, each reads its own part of the data: every
-                ``size``-th sample of numpy arrays (``batch_size / size`` a step),
-                ``Dataset.shard`` of a ``tf.data.Dataset``, every ``size``-th batch of a
-                DataFlow or PyDataset. ``shard=False``: every worker reads all the data.
+            shard: with several workers, each trains on its own part of the data: every
+                ``size``-th sample of numpy arrays (``batch_size / size`` a step), its
+                ``1 / size`` of each batch of a ``tf.data.Dataset``, PyDataset, generator or
+                DataFlow (every worker reads all of it, as ``tf.distribute``'s
+                ``AutoShardPolicy.DATA``). ``shard=False``: the data each worker is given is
+                its own already, its batches per worker (the global batch is ``size`` of them).
             validation_steps: validate on the first that many batches of ``validation_data``
                 (a generator reads on: the next ones each epoch); default all of it.
 
@@ -585,14 +599,14 @@ class KerasModel:
         if isinstance(data_arg, InputSource):
             return self._fit_input_source(data_arg, trainer, validation_data, validation_batch_size or batch_size,
                                           validation_steps, **run)
+        worker = (0, 1)
         if size > 1 and shard:
-            data_arg, batch_size = _shard(data_arg, batch_size, rank, size)
-            logger.info("KerasModel: worker %d of %d reads its shard of the data%s.", rank, size,
-                        f" ({batch_size} samples a step)" if batch_size else "")
+            data_arg, batch_size, worker = _shard(data_arg, batch_size, rank, size)
+            logger.info("KerasModel: worker %d of %d %s.", rank, size,
+                        f"trains on its part of each global batch ({worker[1] * self._replicas(trainer)} parts)"
+                        if worker[1] > 1 else f"reads its shard of the data ({batch_size} samples a step)")
         data = as_keras_data(data_arg, batch_size=batch_size, shuffle=shuffle)
-        if size > 1 and shard and isinstance(data_arg, keras.utils.PyDataset):
-            data = KerasData(data.kind, shard_dataflow(data.source, rank, size), data.first,
-                             None if data.steps is None else data.steps // size)
+        run["worker"] = worker
         if runs_own_step(self.model):
             if validation_freq != 1:
                 raise NotImplementedError("fit(validation_freq=...) for a model that runs its own train_step.")
@@ -603,7 +617,7 @@ class KerasModel:
             val = as_keras_data(validation_data, batch_size=validation_batch_size or batch_size, shuffle=False)
         io = self._weighted_io(self._prepare(data), data, val)
         flatten = _flattener(io)
-        source, steps = data.make_input(flatten, self._replicas(trainer))
+        source, steps = data.make_input(flatten, self._replicas(trainer), run.pop("worker"))
         source = staged_on_gpus(source)
         if run["steps_per_epoch"] is None:
             if steps is None:
@@ -693,7 +707,8 @@ class KerasModel:
                 return io.with_sample_weights(first[2])
         return io
 
-    def _fit_own_step(self, trainer, data: KerasData, validation_data, **run) -> keras.callbacks.History:
+    def _fit_own_step(self, trainer, data: KerasData, validation_data, worker=(0, 1),
+                      **run) -> keras.callbacks.History:
         """A model that runs its own ``train_step`` (see :mod:`.own_step`)."""
         model = self.model
         if not self._own_step_compiled:
@@ -706,7 +721,7 @@ class KerasModel:
                 "KerasModel.evaluate(data) after fit (it runs the model's own evaluate).")
         # (an unbuilt model builds in the trainer's first trace of its step, on the trainer's strategy)
         desc = KerasOwnStepDesc(model, data.first)
-        source, steps = data.make_input(desc.flatten, self._replicas(trainer))
+        source, steps = data.make_input(desc.flatten, self._replicas(trainer), worker)
         if run["steps_per_epoch"] is None:
             if steps is None:
                 raise ValueError("steps_per_epoch is unknown: the data does not know its length. Give "
@@ -793,12 +808,11 @@ class KerasModel:
         with ``return_dict=True``. Batches are weighted by their size (a short last batch does
         not skew the means); ``sample_weight`` weights the loss as Keras does.
 
-        **Keras's return needs ``y``**: ``evaluate(x, y)`` returns Keras's scalar or list.
-        kerastrainer's packed form, the data as one argument and no ``y`` (``evaluate((x, y))``,
-        a ``tf.data.Dataset``, a generator, a DataFlow, ``x`` alone for a model with no target,
-        or ``data=``), keeps returning its dict, as before (``make_parallel``'s models and
-        existing programs read it); give ``return_dict=True`` to be explicit. ``verbose``: 0
-        silent, else one summary line is logged. ``callbacks`` are not run (an error says so).
+        Every form returns Keras's scalar or list: ``evaluate(x, y)`` and the data as one
+        argument (``evaluate((x, y))``, a ``tf.data.Dataset``, a generator, a DataFlow, ``x``
+        alone for a model with no target, or ``data=``); ``return_dict=True`` gives the dict.
+        ``verbose``: 0 silent, else one summary line is logged. ``callbacks`` are not run (an
+        error says so).
 
         Example::
 
@@ -809,7 +823,6 @@ class KerasModel:
             raise NotImplementedError("KerasModel.evaluate(callbacks=...) is not supported: evaluate runs no "
                                       "callback hooks. Call keras.Model.evaluate on km.model for them.")
         verbose = _check_verbose(verbose)
-        packed = data is not None or y is None  # kerastrainer's evaluate(data) form: its dict
         data_arg = data if data is not None else ((x, y) if y is not None else x)
         if data_arg is None:
             data_arg = self.input
@@ -822,7 +835,7 @@ class KerasModel:
             logs = self._evaluate_stats(data_arg, batch_size, steps, sample_weight)
         if verbose:
             logger.info("KerasModel.evaluate: %s", " - ".join(f"{k}: {v:.4f}" for k, v in logs.items()))
-        if return_dict or packed:
+        if return_dict:
             return logs
         return _keras_result(logs)
 
@@ -874,9 +887,25 @@ class KerasModel:
                                        sample_weight=data[2] if len(data) == 3 else sample_weight, **kw)
         return self.model.evaluate(data, batch_size=batch_size, **kw)
 
-    def predict(self, x, batch_size: Optional[int] = None):
-        """The model's outputs on ``x``: ``keras.Model.predict`` on the trained model."""
-        return self.model.predict(x, batch_size=batch_size, verbose=0)
+    def predict(self, x, batch_size: Optional[int] = None, verbose: Union[str, int] = "auto",
+                steps: Optional[int] = None, callbacks: Optional[Sequence] = None):
+        """The model's outputs on ``x``: ``keras.Model.predict`` on the trained model, with its
+        arguments and return (numpy arrays in the structure of the outputs). ``verbose``
+        defaults to silent (kerastrainer's 'auto'), ``callbacks`` are Keras callbacks (their
+        ``on_predict_*`` hooks run, as in Keras).
+
+        Example::
+
+            probs = km.predict(x_test, batch_size=256)
+        """
+        verbose = 0 if verbose == "auto" else _check_verbose(verbose)
+        if isinstance(x, InputSource):
+            raise TypeError(f"predict takes data Keras can read (arrays, a tf.data.Dataset, a PyDataset, a "
+                            f"generator), not a {type(x).__name__}.")
+        if is_dataflow(x):
+            x.reset_state()
+            x = (tuple(dp) if isinstance(dp, list) else dp for dp in x)
+        return self.model.predict(x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks)
 
 
 def _to_spec(c, spec: tf.TensorSpec, index: int, n_inputs: int) -> tf.Tensor:

@@ -27,7 +27,7 @@ kerastrainer's ``TFEventWriter`` events in the log directory; it runs on the chi
 only. ``ProgbarLogger`` prints Keras's bar (``params['verbose']`` is 1).
 
 Not supported (a clear error says what to use instead): ``BackupAndRestore``
-(``AutoResumeTrainConfig`` + ``ModelSaver``), ``SwapEMAWeights``. Keras'
+(``AutoResumeTrainConfig`` + ``ModelSaver``), ``SwapEMAWeights``, ``OrbaxCheckpoint``. Keras'
 ``on_test_*`` / ``on_predict_*`` hooks are not called.
 
 Example::
@@ -53,6 +53,7 @@ _BATCH_HOOKS = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_tr
 _UNSUPPORTED = {
     "BackupAndRestore": "use AutoResumeTrainConfig with ModelSaver() to resume interrupted runs",
     "SwapEMAWeights": "it swaps weights inside Keras' own fit loop, which kerastrainer does not run",
+    "OrbaxCheckpoint": "use ModelSaver() (kerastrainer's checkpoints) or keras.callbacks.ModelCheckpoint",
 }
 
 

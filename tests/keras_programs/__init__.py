@@ -1,0 +1,1 @@
+"""Keras programs used as test clients of ``KerasModel`` (ported ones name their origin and edits)."""
