@@ -79,7 +79,7 @@ from ..train.trainers import SimpleTrainer
 from ..utils import logger
 from ..utils.casting import cast_exactly
 from .adapter import KerasModelDesc
-from .callbacks import KerasCallback, wrap_keras_callbacks
+from .callbacks import KerasCallback, KerasTestHooks, backup_initial_epoch, wrap_keras_callbacks
 from .data import (DEFAULT_BATCH_SIZE, SHARE_SPEC, KerasData, _FirstBatches, _FlatBatches, _is_arrays, _map,
                    apply_class_weight, as_keras_data, class_weights_of, split_validation)
 from .objectives import Objectives
@@ -583,6 +583,10 @@ class KerasModel:
             raise ValueError("KerasModel.fit has no data: give fit(x, y), or input= to KerasModel(...).")
         max_epoch = self._max_epoch(epochs, max_epoch)
         starting_epoch = _starting_epoch(initial_epoch, starting_epoch)
+        backed_up = backup_initial_epoch(callbacks)
+        if backed_up:   # Keras's rule: BackupAndRestore's epoch wins over initial_epoch
+            logger.info("KerasModel.fit: keras.callbacks.BackupAndRestore resumes at epoch %d (0-based).", backed_up)
+            starting_epoch = backed_up + 1
         verbose = _check_verbose(verbose)
         _check_validation(validation_steps, validation_data, validation_split, validation_freq)
         if extra_callbacks is None:
@@ -759,11 +763,14 @@ class KerasModel:
                         "(1 of %d replicas); the loss covers all of them, val_* the whole validation data.",
                         metrics, replicas)
         cbs: List = []
-        if val_flow is not None:
-            cbs.append(_every_validation_epoch(InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val")),
-                                               validation_freq))
         history = keras.callbacks.History()
         user = wrap_keras_callbacks(callbacks, self.model, verbose=verbose)
+        if val_flow is not None:
+            # Keras's on_test_begin / on_test_end around the validation (SwapEMAWeights validates the EMA)
+            cbs += [_every_validation_epoch(KerasTestHooks(user, "begin"), validation_freq),
+                    _every_validation_epoch(InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val")),
+                                            validation_freq),
+                    _every_validation_epoch(KerasTestHooks(user, "end"), validation_freq)]
         if SHARE_SPEC.name in desc.input_names and self._io is not None:
             _share_for_runners(user, _flattener(getattr(desc, "io", None) or self._io))
         # Keras callbacks after the validation so that their logs hold val_* statistics
@@ -780,11 +787,23 @@ class KerasModel:
         self.trainer = trainer
         try:
             launch_train_with_config(config, trainer)
+            self._finalize_ema()
         finally:
             self._release_strategy()
         self.history = history
         self.model.history = history  # as after keras.Model.fit
         return history
+
+    def _finalize_ema(self) -> None:
+        """As at the end of ``keras.Model.fit``: an optimizer with ``use_ema=True`` overwrites the
+        trained variables with their moving averages."""
+        own = getattr(self, "_own_desc", None)
+        optimizers = (list(model_optimizers(self.model).values()) if own is not None and own.keras_model is self.model
+                      else [self._optimizer])
+        for opt in optimizers:
+            inner = getattr(opt, "inner_optimizer", opt)
+            if getattr(inner, "use_ema", False):
+                opt.finalize_variable_values(self.model.trainable_weights)
 
     def _release_strategy(self) -> None:
         """Make the model plain Keras again (variables off the trainer's strategy)."""

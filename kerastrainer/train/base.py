@@ -97,6 +97,7 @@ class Trainer:
         self.average = bool(average)
         self.epoch_num = 0
         self.global_step = 0
+        self.loop_completed = False
         self.local_step = 0
         self.steps_per_epoch = 0
         self.starting_epoch = 1
@@ -389,6 +390,7 @@ class Trainer:
 
     def _run_main_loop(self, stop: StopSignals, cbs) -> Optional[TrainingTerminated]:
         terminated: Optional[TrainingTerminated] = None
+        self.loop_completed = False   # for after_train: the loop ended (all epochs, or a callback's stop)
         try:
             stop.setting_up = False   # from here on, a Ctrl-C between calls is raised at once
             cbs.before_train()
@@ -405,8 +407,10 @@ class Trainer:
                             self.epoch_num, self.global_step, time.time() - start)
                 cbs.trigger_epoch()
             logger.info("Training has finished!")
+            self.loop_completed = True
         except StopTraining as e:
             logger.info("Training was stopped by a callback: %s", e or type(e).__name__)
+            self.loop_completed = True
         except KeyboardInterrupt:
             logger.info("Training interrupted (KeyboardInterrupt); cleaning up.")
             raise

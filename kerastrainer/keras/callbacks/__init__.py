@@ -26,9 +26,14 @@
 kerastrainer's ``TFEventWriter`` events in the log directory; it runs on the chief
 only. ``ProgbarLogger`` prints Keras's bar (``params['verbose']`` is 1).
 
-Not supported (a clear error says what to use instead): ``BackupAndRestore``
-(``AutoResumeTrainConfig`` + ``ModelSaver``), ``SwapEMAWeights``, ``OrbaxCheckpoint``. Keras'
-``on_test_*`` / ``on_predict_*`` hooks are not called.
+``BackupAndRestore`` restores the model, its optimizer and the epoch to resume at (read by
+``KerasModel.fit`` before the loop starts: :func:`backup_initial_epoch`) and backs them up each
+epoch (or each ``save_freq`` steps) on the chief. ``on_test_begin`` / ``on_test_end`` run around
+``KerasModel.fit``'s validation (:class:`KerasTestHooks`), so ``SwapEMAWeights`` validates the
+moving average of an optimizer with ``use_ema=True``; ``on_test_batch_*`` hooks are not called.
+``KerasModel.predict`` runs the ``on_predict_*`` hooks.
+
+Not supported (a clear error says what to use instead): ``OrbaxCheckpoint``.
 
 Example::
 
@@ -39,22 +44,39 @@ Example::
 """
 from __future__ import annotations
 
+import json
+import os
 from typing import Dict, Optional
 
 import keras
 import numpy as np
 
 from ...callbacks.base import Callback, StopTraining
+from ...utils.cluster import is_chief
 
-__all__ = ["KerasCallback", "wrap_keras_callbacks"]
+__all__ = ["KerasCallback", "KerasTestHooks", "wrap_keras_callbacks", "backup_initial_epoch"]
+
+# where keras.callbacks.BackupAndRestore (Keras 3.15) writes the epoch to resume at, in its backup_dir
+_BACKUP_METADATA = "training_metadata.json"
 
 _BATCH_HOOKS = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_train_batch_end")
 
 _UNSUPPORTED = {
-    "BackupAndRestore": "use AutoResumeTrainConfig with ModelSaver() to resume interrupted runs",
-    "SwapEMAWeights": "it swaps weights inside Keras' own fit loop, which kerastrainer does not run",
     "OrbaxCheckpoint": "use ModelSaver() (kerastrainer's checkpoints) or keras.callbacks.ModelCheckpoint",
 }
+
+
+def backup_initial_epoch(callbacks) -> Optional[int]:
+    """The 0-based epoch a ``keras.callbacks.BackupAndRestore`` among ``callbacks`` resumes at, or
+    None (no such callback, or no backup yet). Keras's fit reads it in the callback's
+    ``on_train_begin``; kerastrainer's loop needs it before it starts."""
+    for cb in callbacks or []:
+        if isinstance(cb, keras.callbacks.BackupAndRestore):
+            path = os.path.join(cb.backup_dir, _BACKUP_METADATA)
+            if os.path.exists(path):
+                with open(path) as f:
+                    return int(json.load(f)["epoch"])
+    return None
 
 
 class _ModelStandIn:
@@ -148,6 +170,8 @@ class KerasCallback(Callback):
         # file writers run on the chief only; the rest must stop or change the LR on every worker
         self.chief_only = isinstance(callback, (keras.callbacks.CSVLogger, keras.callbacks.ModelCheckpoint,
                                                 keras.callbacks.TensorBoard))
+        # every worker restores its backup; the chief alone writes it
+        self._restore_only = isinstance(callback, keras.callbacks.BackupAndRestore) and not is_chief()
         # the learning rate an epoch trained with, in its logs (KerasModel's History, as Keras 3 logs it)
         self.log_learning_rate = bool(log_learning_rate)
         self.verbose = int(verbose)
@@ -226,6 +250,8 @@ class KerasCallback(Callback):
             if not name.startswith("_"):
                 self._sums[name] = self._sums.get(name, 0.0) + float(value) * k
         self._steps += k
+        if self._restore_only:
+            return
         if self.every_batch or _checked_per_call(self.callback):
             self.callback.on_train_batch_end(t.local_step - 1, self._running_logs())
             if self.every_batch and t.local_step < t.steps_per_epoch:
@@ -238,14 +264,57 @@ class KerasCallback(Callback):
         if self.log_learning_rate and self._epoch_learning_rate is not None:
             logs.setdefault("learning_rate", self._epoch_learning_rate)
         self.last_logs = logs
-        self.callback.on_epoch_end(self.epoch_num - 1, logs)
+        if not self._restore_only:
+            self.callback.on_epoch_end(self.epoch_num - 1, logs)
         self._check_stop()
 
     def _after_train(self):
+        if self._restore_only:
+            return
+        if isinstance(self.callback, keras.callbacks.BackupAndRestore) and \
+                not getattr(self.trainer, "loop_completed", False):
+            return   # an error, Ctrl-C or SIGTERM: the backup stays, for the next run to resume from
         self.callback.on_train_end(dict(self.last_logs))
+
+    def test_begin(self) -> None:
+        """Keras's ``on_test_begin``, before the epoch's validation."""
+        self.callback.on_test_begin({})
+
+    def test_end(self) -> None:
+        """Keras's ``on_test_end`` with the validation's logs (names without ``val_``)."""
+        logs = {k[len("val_"):]: v for k, v in self._validation_logs().items() if k.startswith("val_")}
+        self.callback.on_test_end(logs)
 
     def __str__(self):
         return f"KerasCallback({type(self.callback).__name__})"
+
+
+class KerasTestHooks(Callback):
+    """Call Keras's ``on_test_begin`` (``phase='begin'``) or ``on_test_end`` (``'end'``) of wrapped
+    Keras callbacks at the epoch's end: placed just before and just after the validation runner,
+    as ``keras.Model.fit``'s evaluation calls them.
+
+    Example::
+
+        cbs = [KerasTestHooks(wrapped, 'begin'), InferenceRunner(...), KerasTestHooks(wrapped, 'end')]
+    """
+
+    _chief_only = False
+
+    def __init__(self, callbacks, phase: str):
+        if phase not in ("begin", "end"):
+            raise ValueError(f"KerasTestHooks: phase must be 'begin' or 'end'; got {phase!r}.")
+        self.callbacks = [c for c in callbacks if isinstance(c, KerasCallback)]
+        self.phase = phase
+
+    def _trigger_epoch(self):
+        for c in self.callbacks:
+            if c.trainer is None:   # a chief-only callback on another worker: never set up
+                continue
+            c.test_begin() if self.phase == "begin" else c.test_end()
+
+    def __str__(self):
+        return f"KerasTestHooks({self.phase})"
 
 
 def wrap_keras_callbacks(callbacks, keras_model: Optional[keras.Model] = None, verbose: int = 0) -> list:
