@@ -372,6 +372,32 @@ class KerasData:
         return QueueInput(flow), self.steps
 
 
+def _arrays_dataset(flow: ArrayBatches) -> tf.data.Dataset:
+    """``flow``'s batches as a ``tf.data`` pipeline (no Python between steps): the arrays held once
+    as tensors, each batch a gather of (reshuffled each epoch) indices, as Keras's own array adapter."""
+    n, bs = flow.n, flow.batch_size
+    arrays = (flow.x,) if flow.y is None else ((flow.x, flow.y) if flow.sample_weight is None
+                                              else (flow.x, flow.y, flow.sample_weight))
+    # tf.data stacks a list of arrays into one tensor: lists become tuples (structures); float64
+    # becomes Keras's float type, as Keras's own array adapter and kerastrainer's queue do
+    floatx = keras.config.floatx()
+
+    def as_tuples(a):
+        if isinstance(a, (list, tuple)):
+            return tuple(as_tuples(v) for v in a)
+        if isinstance(a, dict):
+            return {k: as_tuples(v) for k, v in a.items()}
+        return a.astype(floatx) if a.dtype == np.float64 and floatx != "float64" else a
+    held = tf.data.Dataset.from_tensors(as_tuples(arrays)).repeat()
+    order = tf.data.Dataset.range(n)
+    if flow.shuffle:
+        order = order.shuffle(n, reshuffle_each_iteration=True)
+    batches = tf.data.Dataset.zip((order.batch(bs), held))
+    ds = batches.map(lambda idx, a: tf.nest.map_structure(lambda t: tf.gather(t, idx), a),
+                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
 def _as_datapoint(elem: tuple):
     """A dataset element (the arguments ``Dataset.map`` passes) as a datapoint: ``(x, y)``, a flat
     tuple, a dict, or ``(x,)`` for an element that is ``x`` alone (a model trained on its
@@ -389,13 +415,14 @@ def _dataflow_len(ds) -> Optional[int]:
 
 
 def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool = True,
-                  sample_weight=None) -> KerasData:
+                  sample_weight=None, arrays_as_dataset: bool = False) -> KerasData:
     """Wrap ``data`` (see the module doc). ``data`` may be ``(x, y)`` or ``(x, y, sample_weight)``,
     or ``x`` with ``y`` (and ``sample_weight``) given apart, or ``x`` alone (arrays; batches ``(x,)``)
     for a model compiled with ``loss=None``. Batched sources may yield ``(x, y, sample_weight)``.
 
     ``batch_size`` and ``sample_weight`` apply to numpy arrays only (default batch 32); other
-    sources are batched already and carry their own weights.
+    sources are batched already and carry their own weights. ``arrays_as_dataset``: numpy arrays
+    become a ``tf.data`` pipeline (training: no Python between steps) instead of a DataFlow.
 
     Example::
 
@@ -437,7 +464,10 @@ def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool 
         flow = ArrayBatches(data, y, batch_size or DEFAULT_BATCH_SIZE, shuffle=shuffle, sample_weight=sample_weight)
     except TypeError as e:
         raise TypeError(f"Cannot read the data as numpy arrays: {e}") from e
-    return KerasData("dataflow", flow, flow.batch(slice(0, flow.batch_size)), len(flow))
+    first = flow.batch(slice(0, flow.batch_size))
+    if arrays_as_dataset:
+        return KerasData("dataset", _arrays_dataset(flow), first, len(flow))
+    return KerasData("dataflow", flow, first, len(flow))
 
 
 def _is_arrays(data) -> bool:

@@ -609,7 +609,7 @@ class KerasModel:
             logger.info("KerasModel: worker %d of %d %s.", rank, size,
                         f"trains on its part of each global batch ({worker[1] * self._replicas(trainer)} parts)"
                         if worker[1] > 1 else f"reads its shard of the data ({batch_size} samples a step)")
-        data = as_keras_data(data_arg, batch_size=batch_size, shuffle=shuffle)
+        data = as_keras_data(data_arg, batch_size=batch_size, shuffle=shuffle, arrays_as_dataset=True)
         run["worker"] = worker
         if runs_own_step(self.model):
             if validation_freq != 1:
