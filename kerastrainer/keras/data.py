@@ -5,9 +5,10 @@
 is known (:class:`~kerastrainer.keras.structure.ModelIO`), ``make_input`` turns it
 into an InputSource for the trainer:
 
-- numpy arrays, a ``PyDataset``, a Python generator of ``(x, y)`` batches or a
-  DataFlow -> a DataFlow of flat batches -> ``QueueInput``;
-- a ``tf.data.Dataset`` -> ``TFDatasetInput``.
+- a ``PyDataset``, a Python generator of ``(x, y)`` batches or a DataFlow -> a
+  DataFlow of flat batches -> ``QueueInput``;
+- a ``tf.data.Dataset`` -> ``TFDatasetInput``; numpy arrays too when training
+  (``arrays_as_dataset``: a ``tf.data`` pipeline over the arrays), else a DataFlow.
 
 The batch is **global**, for every kind of data: with N replicas in all (the
 replicas of this process times the workers) each global batch is split into N
