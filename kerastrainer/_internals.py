@@ -524,17 +524,22 @@ def install_tf1_layers(module) -> bool:
     Keras 3 its lazy loader fails on the missing Keras 2 package at the first attribute, so nothing
     that works is replaced). Returns whether it was installed.
     """
+    import importlib
     tf = _tf()
-    v1 = tf.compat.v1
-    current = v1.__dict__.get("layers")
-    if current is module:
-        return True
-    try:
-        getattr(current, "conv2d")
-        return False   # TF's tf.layers loads (Keras 2 installed): kept
-    except Exception:  # noqa: BLE001 - ModuleNotFoundError from the lazy loader, or no attribute
-        pass
-    setattr(v1, "layers", module)
+    # `import tensorflow.compat.v1` makes a module object of its own (and rebinds tf.compat.v1):
+    # every object a program may reach as tensorflow.compat.v1 gets the module
+    modules = {id(m): m for m in (tf.compat.v1, importlib.import_module("tensorflow.compat.v1"),
+                                  sys.modules.get("tensorflow._api.v2.compat.v1")) if m is not None}
+    for v1 in modules.values():
+        current = v1.__dict__.get("layers")
+        if current is module:
+            continue
+        try:
+            getattr(current, "conv2d")
+            return False   # TF's tf.layers loads (Keras 2 installed): kept
+        except Exception:  # noqa: BLE001 - ModuleNotFoundError from the lazy loader, or no attribute
+            pass
+        setattr(v1, "layers", module)
     return True
 
 

@@ -1,5 +1,9 @@
 """TF1 layer code in a tower function: ``tfv1.layers.*`` (gone with Keras 3) and Keras layers made anew
 in every call of ``build_graph`` (TF's migration guide's way), trained, replicated and predicted."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import keras
@@ -45,8 +49,15 @@ class _Base(ModelDesc):
 
 def test_tfv1_layers_is_kerastrainers_when_tfs_own_cannot_load():
     assert tfv1.layers is tf_layers
-    assert tf.compat.v1.layers is tf_layers
     assert kerastrainer.tfv1.layers.conv2d is tf_layers.conv2d
+    # a fresh program: `import tensorflow.compat.v1 as tf` after kerastrainer's star import
+    prog = ("from kerastrainer import *\nimport tensorflow.compat.v1 as tf\n"
+            "from kerastrainer.compat import tf_layers\nassert tf.layers is tf_layers\n"
+            "print(tuple(tf.layers.dense(tf.ones([2, 3]), 4, name='fc').shape))\n")
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("(2, 4)")
 
 
 class TFLayersModel(_Base):
