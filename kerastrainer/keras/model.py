@@ -62,29 +62,26 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ..callbacks.base import Callback
 from ..callbacks.inference import ScalarStats
-from ..callbacks.monitor import ScalarPrinter
-from ..callbacks.prog import ProgressBar
-from ..callbacks.trigger import EnableCallbackIf
 from ..callbacks.inference_runner import InferenceRunner
-from ..dataflow.base import is_dataflow
-from ..dataflow.shard import ShardedDataFlow
-from ..input_source.base import InputSource, InputSourceError
+from ..input_source.base import InputSource
 from ..tfutils.extensions import translate_optimizer
 from ..train.base import Trainer
 from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, TrainConfig
 from ..train.interface import launch_train_with_config, staged_on_gpus
 from ..train.trainers import SimpleTrainer
 from ..utils import logger
-from ..utils.casting import cast_exactly
 from .adapter import KerasModelDesc
 from .callbacks import KerasCallback, KerasTestHooks, backup_initial_epoch, wrap_keras_callbacks
-from .data import (DEFAULT_BATCH_SIZE, SHARE_SPEC, KerasData, _FirstBatches, _FlatBatches, _is_arrays, _map,
+from .data import (SHARE_SPEC, KerasData, _FirstBatches, _FlatBatches, _is_arrays,
                    apply_class_weight, as_keras_data, class_weights_of, split_validation)
+from .evaluation import KerasEvaluation, _flattener
+from .fit_arguments import (_KERAS_EPOCHS, _check_validation, _check_verbose, _checked_compile_kwargs,  # noqa: F401
+                            _compile_keras_model, _default_callbacks, _default_monitors, _every_validation_epoch,
+                            _shard, _starting_epoch, _worker_rank_size)
 from .objectives import Objectives
 from .own_step import KerasOwnStepDesc, ResetKerasMetrics, model_optimizers, overridden, runs_own_step
-from .structure import KerasSignatureError, ModelIO, _is_weighted_point, as_spec_list, flatten_xy
+from .structure import KerasSignatureError, ModelIO, _is_weighted_point, as_spec_list
 from .variables import place_off_strategy, rekey_optimizer, unique_variables
 
 __all__ = ["KerasModel"]
@@ -182,138 +179,7 @@ def _zeros_like_specs(specs: List[tf.TensorSpec]):
     return arrays[0] if len(arrays) == 1 else arrays
 
 
-def _worker_rank_size(trainer: Trainer) -> (int, int):
-    """(rank, number of workers) of a multi-process trainer; (0, 1) for the others."""
-    size = int(getattr(trainer, "size", 1) or 1)
-    return (int(getattr(trainer, "rank", 0) or 0), size) if size > 1 else (0, 1)
-
-
-def _shard(data_arg, batch_size: Optional[int], rank: int, size: int):
-    """``(data, local batch size, worker)`` for worker ``rank`` of ``size``: ``batch_size`` and
-    every batch of a batched source are global (Keras's rule, see :meth:`KerasModel.fit`).
-
-    numpy arrays: every ``size``-th sample, ``batch_size / size`` of them a step (``worker``
-    ``(0, 1)``: the local batch is split over the local replicas only); a batched source
-    (``tf.data.Dataset``, ``PyDataset``, generator, DataFlow) is read whole and ``worker`` is
-    ``(rank, size)``: ``make_input`` keeps this worker's part of each global batch. A
-    ``ShardedDataFlow`` is this worker's already (the user sharded it): its batches are per worker.
-    """
-    if isinstance(data_arg, ShardedDataFlow):
-        logger.info("KerasModel: the data is a ShardedDataFlow: its batches are this worker's own (the global "
-                    "batch is %d of them).", size)
-        return data_arg, batch_size, (0, 1)
-    arrays = isinstance(data_arg, tuple) and len(data_arg) in (2, 3) and _is_arrays(data_arg[0])
-    if not arrays:
-        if isinstance(data_arg, tuple) and len(data_arg) == 1:
-            arrays = _is_arrays(data_arg[0])
-        elif _is_arrays(data_arg):
-            data_arg, arrays = (data_arg,), True
-    if not arrays:
-        return data_arg, batch_size, (rank, size)
-    global_batch = batch_size or DEFAULT_BATCH_SIZE
-    if global_batch % size:
-        raise ValueError(f"batch_size={global_batch} is the global batch of {size} workers: make it a multiple "
-                         f"of {size} (each worker takes batch_size / {size} samples a step).")
-    take = lambda a: np.asarray(a)[rank::size]  # noqa: E731
-    sharded = tuple(None if part is None else _map(take, part) for part in data_arg)
-    return (sharded[0] if len(sharded) == 1 else sharded), global_batch // size, (0, 1)
-
-
-class _KerasDefault(int):
-    """An int default that ``fit`` can tell from the same value given by the caller."""
-
-
-#: ``fit(epochs=...)`` left out (it still reads as Keras's default, 1)
-_KERAS_EPOCHS = _KerasDefault(1)
-_IGNORED_COMPILE_ARGS = ("run_eagerly", "steps_per_execution", "auto_scale_loss", "jit_compile")
-
-
-def _checked_compile_kwargs(kwargs: dict) -> dict:
-    """Keras's other ``compile`` arguments: known ones pass to the model's own compile (with a
-    warning that kerastrainer's trainer does not use them); ``weighted_metrics`` raises."""
-    unknown = sorted(set(kwargs) - set(_IGNORED_COMPILE_ARGS) - {"weighted_metrics"})
-    if unknown:
-        raise TypeError(f"KerasModel.compile got unexpected arguments {unknown}.")
-    if kwargs.get("weighted_metrics"):
-        raise NotImplementedError("KerasModel.compile(weighted_metrics=...) is not supported: give metrics= "
-                                  "(unweighted, as Keras's metrics are).")
-    kwargs = {k: v for k, v in kwargs.items() if k != "weighted_metrics"}
-    if kwargs:
-        logger.warn("KerasModel.compile: %s only apply to the model's own Keras fit; kerastrainer's trainer "
-                    "runs its own steps per call.", sorted(kwargs))
-    return kwargs
-
-
-def _compile_keras_model(model: keras.Model, optimizer, loss, metrics, loss_weights, kwargs: dict) -> None:
-    """``model.compile`` with KerasModel's objects; a form Keras refuses (tensorpack's bare metric
-    name is made a list first) leaves the model uncompiled, with a warning naming it."""
-    if metrics is not None and not isinstance(metrics, (list, tuple, dict)):
-        metrics = [metrics]
-    try:
-        model.compile(optimizer=optimizer, loss=loss, metrics=metrics, loss_weights=loss_weights, **kwargs)
-    except (ValueError, TypeError) as e:
-        logger.warn("KerasModel.compile: the Keras model itself could not be compiled with these arguments (%s); "
-                    "KerasModel trains it, but model.evaluate / model.fit / the optimizer in model.save need "
-                    "model.compile(...).", e)
-
-
-def _check_verbose(verbose) -> int:
-    """Keras's ``verbose``: 'auto' (1), 0, 1 or 2."""
-    if verbose == "auto":
-        return 1
-    if isinstance(verbose, bool) or verbose not in (0, 1, 2):
-        raise ValueError(f"verbose must be 'auto', 0, 1 or 2 (as in Keras); got {verbose!r}.")
-    return int(verbose)
-
-
-def _default_callbacks(verbose: int) -> list:
-    """kerastrainer's default callbacks; the progress bar only with ``verbose=1``."""
-    cbs = DEFAULT_CALLBACKS()
-    return cbs if verbose == 1 else [c for c in cbs if not isinstance(c, ProgressBar)]
-
-
-def _default_monitors(verbose: int) -> list:
-    """kerastrainer's default monitors; the epoch summaries printed unless ``verbose=0``."""
-    mons = DEFAULT_MONITORS()
-    return mons if verbose else [m for m in mons if not isinstance(m, ScalarPrinter)]
-
-
-def _starting_epoch(initial_epoch: int, starting_epoch: Optional[int]) -> int:
-    """kerastrainer's 1-based first epoch from Keras's 0-based ``initial_epoch``."""
-    if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) or initial_epoch < 0:
-        raise ValueError(f"initial_epoch must be an int >= 0; got {initial_epoch!r}.")
-    if starting_epoch is not None and initial_epoch and starting_epoch != initial_epoch + 1:
-        raise ValueError(f"initial_epoch={initial_epoch} and starting_epoch={starting_epoch} disagree "
-                         "(starting_epoch = initial_epoch + 1); give one.")
-    return starting_epoch if starting_epoch is not None else int(initial_epoch) + 1
-
-
-def _check_validation(validation_steps, validation_data, validation_split, validation_freq) -> None:
-    if validation_steps is not None and (isinstance(validation_steps, bool) or
-                                         not isinstance(validation_steps, int) or validation_steps < 1):
-        raise ValueError(f"validation_steps must be a positive int or None; got {validation_steps!r}.")
-    if validation_steps is not None and validation_data is None and not validation_split:
-        raise ValueError("validation_steps was given without validation_data.")
-    if not 0.0 <= float(validation_split) < 1.0:
-        raise ValueError(f"validation_split must be in [0, 1); got {validation_split!r}.")
-    if isinstance(validation_freq, int) and not isinstance(validation_freq, bool):
-        if validation_freq < 1:
-            raise ValueError(f"validation_freq must be >= 1; got {validation_freq}.")
-    elif not (isinstance(validation_freq, (list, tuple, set)) and all(isinstance(e, int) for e in validation_freq)):
-        raise ValueError(f"validation_freq must be an int or a list of epochs (1-based); got {validation_freq!r}.")
-
-
-def _every_validation_epoch(runner: Callback, freq) -> Callback:
-    """The validation runner, on Keras's ``validation_freq`` epochs only (1-based epoch numbers)."""
-    if freq == 1:
-        return runner
-    if isinstance(freq, int):
-        return EnableCallbackIf(runner, lambda cb: cb.epoch_num % freq == 0)
-    epochs = {int(e) for e in freq}
-    return EnableCallbackIf(runner, lambda cb: cb.epoch_num in epochs)
-
-
-class KerasModel:
+class KerasModel(KerasEvaluation):
     """Train a ``keras.Model`` with a kerastrainer trainer (see the module doc).
 
     Args:
@@ -818,131 +684,6 @@ class KerasModel:
             for opt in optimizers:
                 rekey_optimizer(opt)
 
-    # --- evaluate / predict --------------------------------------------------------------------
-    def evaluate(self, x=None, y=None, batch_size: Optional[int] = None, verbose: Union[str, int] = "auto",
-                 sample_weight=None, steps: Optional[int] = None, callbacks: Optional[Sequence] = None,
-                 return_dict: bool = False, *, data=None):
-        """Mean loss and metrics over the data, in inference mode, as ``keras.Model.evaluate``:
-        a scalar (the loss alone) or a list ``[loss, metrics...]`` in Keras's order, or a dict
-        with ``return_dict=True``. Batches are weighted by their size (a short last batch does
-        not skew the means); ``sample_weight`` weights the loss as Keras does.
-
-        Every form returns Keras's scalar or list: ``evaluate(x, y)`` and the data as one
-        argument (``evaluate((x, y))``, a ``tf.data.Dataset``, a generator, a DataFlow, ``x``
-        alone for a model with no target, or ``data=``); ``return_dict=True`` gives the dict.
-        ``verbose``: 0 silent, else one summary line is logged. ``callbacks`` are not run (an
-        error says so).
-
-        Example::
-
-            loss, acc = km.evaluate(x_test, y_test, verbose=0)
-            km.evaluate(x_test, y_test, return_dict=True)    # {'loss': ..., 'accuracy': ...}
-        """
-        if callbacks:
-            raise NotImplementedError("KerasModel.evaluate(callbacks=...) is not supported: evaluate runs no "
-                                      "callback hooks. Call keras.Model.evaluate on km.model for them.")
-        verbose = _check_verbose(verbose)
-        data_arg = data if data is not None else ((x, y) if y is not None else x)
-        if data_arg is None:
-            data_arg = self.input
-        if data_arg is None:
-            raise ValueError("KerasModel.evaluate needs data: evaluate(x, y).")
-        self._adopt_keras_compile()
-        if overridden(self.model, "test_step") or runs_own_step(self.model):
-            logs = self._evaluate_with_keras(data_arg, batch_size, steps, sample_weight)
-        else:
-            logs = self._evaluate_stats(data_arg, batch_size, steps, sample_weight)
-        if verbose:
-            logger.info("KerasModel.evaluate: %s", " - ".join(f"{k}: {v:.4f}" for k, v in logs.items()))
-        if return_dict:
-            return logs
-        return _keras_result(logs)
-
-    def _evaluate_stats(self, data_arg, batch_size: Optional[int], steps: Optional[int], sample_weight) -> dict:
-        """``{statistic: mean}`` over the data (KerasModel's own compiled loss and metrics)."""
-        if isinstance(data_arg, InputSource):
-            raise TypeError("evaluate needs data it can read in Python (arrays, a DataFlow, a tf.data.Dataset), "
-                            f"not a {type(data_arg).__name__}.")
-        kd = as_keras_data(data_arg, batch_size=batch_size, shuffle=False, sample_weight=sample_weight)
-        io = self._weighted_io(self._prepare(kd), kd, None)
-        desc = self._make_desc(io)
-        signature = desc.inputs()
-        names = desc.stat_names
-
-        @tf.function(input_signature=signature)
-        def batch_stats(*tensors):
-            loss, stats, _ = desc.compute(tensors, training=False)
-            return [loss] + [stats[n] for n in names[1:]]
-
-        sums = np.zeros(len(names))
-        count = 0
-        flow = kd.flat_dataflow(_flattener(io), with_share=True)
-        flow.reset_state()
-        for i, dp in enumerate(flow):
-            if steps is not None and i >= steps:
-                break
-            values = batch_stats(*[_to_spec(c, s, k, len(io.input_specs))
-                                   for k, (c, s) in enumerate(zip(dp, signature))])
-            n = len(dp[0])
-            sums += np.array([float(v) for v in values]) * n
-            count += n
-        if count == 0:
-            raise ValueError("evaluate: the data produced no batch.")
-        return {n: float(s / count) for n, s in zip(names, sums)}
-
-    def _evaluate_with_keras(self, data, batch_size: Optional[int], steps: Optional[int],
-                             sample_weight=None) -> dict:
-        """The model's own ``evaluate`` (its ``test_step``), on the data forms ``evaluate`` takes."""
-        if isinstance(data, InputSource):
-            raise TypeError("evaluate needs data it can read in Python (arrays, a DataFlow, a tf.data.Dataset), "
-                            f"not a {type(data).__name__}.")
-        kw = dict(steps=steps, verbose=0, return_dict=True)
-        if is_dataflow(data):
-            data.reset_state()
-            gen = (tuple(dp) if isinstance(dp, list) else dp for dp in data)
-            return self.model.evaluate(gen, **kw)
-        if isinstance(data, tuple) and len(data) in (2, 3) and not isinstance(data[0], tf.data.Dataset):
-            return self.model.evaluate(data[0], data[1], batch_size=batch_size,
-                                       sample_weight=data[2] if len(data) == 3 else sample_weight, **kw)
-        return self.model.evaluate(data, batch_size=batch_size, **kw)
-
-    def predict(self, x, batch_size: Optional[int] = None, verbose: Union[str, int] = "auto",
-                steps: Optional[int] = None, callbacks: Optional[Sequence] = None):
-        """The model's outputs on ``x``: ``keras.Model.predict`` on the trained model, with its
-        arguments and return (numpy arrays in the structure of the outputs). ``verbose``
-        defaults to silent (kerastrainer's 'auto'), ``callbacks`` are Keras callbacks (their
-        ``on_predict_*`` hooks run, as in Keras).
-
-        Example::
-
-            probs = km.predict(x_test, batch_size=256)
-        """
-        verbose = 0 if verbose == "auto" else _check_verbose(verbose)
-        if isinstance(x, InputSource):
-            raise TypeError(f"predict takes data Keras can read (arrays, a tf.data.Dataset, a PyDataset, a "
-                            f"generator), not a {type(x).__name__}.")
-        if is_dataflow(x):
-            x.reset_state()
-            x = (tuple(dp) if isinstance(dp, list) else dp for dp in x)
-        return self.model.predict(x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks)
-
-
-def _to_spec(c, spec: tf.TensorSpec, index: int, n_inputs: int) -> tf.Tensor:
-    """Component ``index`` of an evaluate batch as a tensor of the signature's dtype; a cast that
-    would change a value (an int64 label beyond int32, a float 1.7 made an int) is an error."""
-    what = f"evaluate: {'input' if index < n_inputs else 'target'} '{spec.name}'"
-    want = spec.dtype.as_numpy_dtype if spec.dtype != tf.string else None
-    arr = cast_exactly(c, want, what, InputSourceError) if want is not None else c
-    return tf.convert_to_tensor(arr, dtype=spec.dtype)
-
-
-def _keras_result(logs: dict):
-    """``keras.Model.evaluate``'s return: the loss alone, or ``[loss, metrics..., per-output losses...]``."""
-    names = ["loss"] + [n for n in logs if n != "loss" and not n.endswith("_loss")] + \
-        [n for n in logs if n != "loss" and n.endswith("_loss")]
-    values = [logs[n] for n in names if n in logs]
-    return values[0] if len(values) == 1 else values
-
 
 def _share_for_runners(callbacks: Sequence, flatten: Callable) -> None:
     """Let the user's InferenceRunners (tensorpack's ``DataParallelInferenceRunner(df_val, ...)``
@@ -952,9 +693,3 @@ def _share_for_runners(callbacks: Sequence, flatten: Callable) -> None:
     for cb in callbacks:
         if isinstance(cb, InferenceRunner) and not isinstance(cb._input, _FlatBatches):
             cb._input = _FlatBatches(cb._input, flatten, with_share=True)
-
-
-def _flattener(io: ModelIO) -> Callable:
-    def flatten(dp):
-        return flatten_xy(dp, io)
-    return flatten

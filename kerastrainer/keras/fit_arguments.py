@@ -1,0 +1,162 @@
+"""``keras.Model.fit``'s and ``compile``'s arguments read into kerastrainer's terms, for :class:`KerasModel`.
+
+Each function checks one argument (or a group that must agree) the way Keras does and says what
+kerastrainer makes of it: ``verbose``, ``initial_epoch`` (kerastrainer's 1-based
+``starting_epoch``), the validation arguments, the default callbacks and monitors for a
+``verbose`` level, the global batch of several workers (:func:`_shard`), and the compile
+arguments kerastrainer's trainer does not use. :mod:`kerastrainer.keras.model` runs the training.
+
+Example::
+
+    _starting_epoch(initial_epoch=2, starting_epoch=None)        # 3
+    _shard((x, y), batch_size=64, rank=1, size=2)                 # ((x[1::2], y[1::2]), 32, (0, 1))
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import keras
+import numpy as np
+
+from ..callbacks.base import Callback
+from ..callbacks.monitor import ScalarPrinter
+from ..callbacks.prog import ProgressBar
+from ..callbacks.trigger import EnableCallbackIf
+from ..dataflow.shard import ShardedDataFlow
+from ..train.base import Trainer
+from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS
+from ..utils import logger
+from .data import DEFAULT_BATCH_SIZE, _is_arrays, _map
+
+__all__ = []  # KerasModel's helpers
+
+
+def _worker_rank_size(trainer: Trainer) -> (int, int):
+    """(rank, number of workers) of a multi-process trainer; (0, 1) for the others."""
+    size = int(getattr(trainer, "size", 1) or 1)
+    return (int(getattr(trainer, "rank", 0) or 0), size) if size > 1 else (0, 1)
+
+
+def _shard(data_arg, batch_size: Optional[int], rank: int, size: int):
+    """``(data, local batch size, worker)`` for worker ``rank`` of ``size``: ``batch_size`` and
+    every batch of a batched source are global (Keras's rule, see :meth:`KerasModel.fit`).
+
+    numpy arrays: every ``size``-th sample, ``batch_size / size`` of them a step (``worker``
+    ``(0, 1)``: the local batch is split over the local replicas only); a batched source
+    (``tf.data.Dataset``, ``PyDataset``, generator, DataFlow) is read whole and ``worker`` is
+    ``(rank, size)``: ``make_input`` keeps this worker's part of each global batch. A
+    ``ShardedDataFlow`` is this worker's already (the user sharded it): its batches are per worker.
+    """
+    if isinstance(data_arg, ShardedDataFlow):
+        logger.info("KerasModel: the data is a ShardedDataFlow: its batches are this worker's own (the global "
+                    "batch is %d of them).", size)
+        return data_arg, batch_size, (0, 1)
+    arrays = isinstance(data_arg, tuple) and len(data_arg) in (2, 3) and _is_arrays(data_arg[0])
+    if not arrays:
+        if isinstance(data_arg, tuple) and len(data_arg) == 1:
+            arrays = _is_arrays(data_arg[0])
+        elif _is_arrays(data_arg):
+            data_arg, arrays = (data_arg,), True
+    if not arrays:
+        return data_arg, batch_size, (rank, size)
+    global_batch = batch_size or DEFAULT_BATCH_SIZE
+    if global_batch % size:
+        raise ValueError(f"batch_size={global_batch} is the global batch of {size} workers: make it a multiple "
+                         f"of {size} (each worker takes batch_size / {size} samples a step).")
+    take = lambda a: np.asarray(a)[rank::size]  # noqa: E731
+    sharded = tuple(None if part is None else _map(take, part) for part in data_arg)
+    return (sharded[0] if len(sharded) == 1 else sharded), global_batch // size, (0, 1)
+
+
+class _KerasDefault(int):
+    """An int default that ``fit`` can tell from the same value given by the caller."""
+
+
+#: ``fit(epochs=...)`` left out (it still reads as Keras's default, 1)
+_KERAS_EPOCHS = _KerasDefault(1)
+_IGNORED_COMPILE_ARGS = ("run_eagerly", "steps_per_execution", "auto_scale_loss", "jit_compile")
+
+
+def _checked_compile_kwargs(kwargs: dict) -> dict:
+    """Keras's other ``compile`` arguments: known ones pass to the model's own compile (with a
+    warning that kerastrainer's trainer does not use them); ``weighted_metrics`` raises."""
+    unknown = sorted(set(kwargs) - set(_IGNORED_COMPILE_ARGS) - {"weighted_metrics"})
+    if unknown:
+        raise TypeError(f"KerasModel.compile got unexpected arguments {unknown}.")
+    if kwargs.get("weighted_metrics"):
+        raise NotImplementedError("KerasModel.compile(weighted_metrics=...) is not supported: give metrics= "
+                                  "(unweighted, as Keras's metrics are).")
+    kwargs = {k: v for k, v in kwargs.items() if k != "weighted_metrics"}
+    if kwargs:
+        logger.warn("KerasModel.compile: %s only apply to the model's own Keras fit; kerastrainer's trainer "
+                    "runs its own steps per call.", sorted(kwargs))
+    return kwargs
+
+
+def _compile_keras_model(model: keras.Model, optimizer, loss, metrics, loss_weights, kwargs: dict) -> None:
+    """``model.compile`` with KerasModel's objects; a form Keras refuses (tensorpack's bare metric
+    name is made a list first) leaves the model uncompiled, with a warning naming it."""
+    if metrics is not None and not isinstance(metrics, (list, tuple, dict)):
+        metrics = [metrics]
+    try:
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics, loss_weights=loss_weights, **kwargs)
+    except (ValueError, TypeError) as e:
+        logger.warn("KerasModel.compile: the Keras model itself could not be compiled with these arguments (%s); "
+                    "KerasModel trains it, but model.evaluate / model.fit / the optimizer in model.save need "
+                    "model.compile(...).", e)
+
+
+def _check_verbose(verbose) -> int:
+    """Keras's ``verbose``: 'auto' (1), 0, 1 or 2."""
+    if verbose == "auto":
+        return 1
+    if isinstance(verbose, bool) or verbose not in (0, 1, 2):
+        raise ValueError(f"verbose must be 'auto', 0, 1 or 2 (as in Keras); got {verbose!r}.")
+    return int(verbose)
+
+
+def _default_callbacks(verbose: int) -> list:
+    """kerastrainer's default callbacks; the progress bar only with ``verbose=1``."""
+    cbs = DEFAULT_CALLBACKS()
+    return cbs if verbose == 1 else [c for c in cbs if not isinstance(c, ProgressBar)]
+
+
+def _default_monitors(verbose: int) -> list:
+    """kerastrainer's default monitors; the epoch summaries printed unless ``verbose=0``."""
+    mons = DEFAULT_MONITORS()
+    return mons if verbose else [m for m in mons if not isinstance(m, ScalarPrinter)]
+
+
+def _starting_epoch(initial_epoch: int, starting_epoch: Optional[int]) -> int:
+    """kerastrainer's 1-based first epoch from Keras's 0-based ``initial_epoch``."""
+    if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) or initial_epoch < 0:
+        raise ValueError(f"initial_epoch must be an int >= 0; got {initial_epoch!r}.")
+    if starting_epoch is not None and initial_epoch and starting_epoch != initial_epoch + 1:
+        raise ValueError(f"initial_epoch={initial_epoch} and starting_epoch={starting_epoch} disagree "
+                         "(starting_epoch = initial_epoch + 1); give one.")
+    return starting_epoch if starting_epoch is not None else int(initial_epoch) + 1
+
+
+def _check_validation(validation_steps, validation_data, validation_split, validation_freq) -> None:
+    if validation_steps is not None and (isinstance(validation_steps, bool) or
+                                         not isinstance(validation_steps, int) or validation_steps < 1):
+        raise ValueError(f"validation_steps must be a positive int or None; got {validation_steps!r}.")
+    if validation_steps is not None and validation_data is None and not validation_split:
+        raise ValueError("validation_steps was given without validation_data.")
+    if not 0.0 <= float(validation_split) < 1.0:
+        raise ValueError(f"validation_split must be in [0, 1); got {validation_split!r}.")
+    if isinstance(validation_freq, int) and not isinstance(validation_freq, bool):
+        if validation_freq < 1:
+            raise ValueError(f"validation_freq must be >= 1; got {validation_freq}.")
+    elif not (isinstance(validation_freq, (list, tuple, set)) and all(isinstance(e, int) for e in validation_freq)):
+        raise ValueError(f"validation_freq must be an int or a list of epochs (1-based); got {validation_freq!r}.")
+
+
+def _every_validation_epoch(runner: Callback, freq) -> Callback:
+    """The validation runner, on Keras's ``validation_freq`` epochs only (1-based epoch numbers)."""
+    if freq == 1:
+        return runner
+    if isinstance(freq, int):
+        return EnableCallbackIf(runner, lambda cb: cb.epoch_num % freq == 0)
+    epochs = {int(e) for e in freq}
+    return EnableCallbackIf(runner, lambda cb: cb.epoch_num in epochs)
