@@ -18,19 +18,15 @@ from keras import layers
 
 from kerastrainer.keras import KerasModel
 
+from keras_programs.fake_mnist import fake_digits
+
 num_classes = 10
 input_shape = (28, 28, 1)
 
 
 def _fake_mnist(n, seed):  # EDIT: instead of keras.datasets.mnist.load_data()
     """Digits as a bright 6x6 patch at a class-dependent place, plus noise."""
-    rng = np.random.RandomState(seed)
-    y = rng.randint(0, num_classes, n)
-    x = rng.rand(n, 28, 28).astype("float32") * 100
-    for i, c in enumerate(y):
-        r, col = 2 + (c // 5) * 12, 2 + (c % 5) * 5
-        x[i, r:r + 6, col:col + 6] += 155
-    return x.astype("uint8"), y
+    return fake_digits(n, seed)
 
 
 def program(use_kerastrainer: bool):
