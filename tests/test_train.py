@@ -128,7 +128,7 @@ def test_other_input_sources_train(source):
     ([np.zeros((4, 8), "float32")], "1 components but inputs\\(\\) declares 2"),
     ([np.zeros((4, 8, 1), "float32"), np.zeros(4, "int32")], "'x'.*wrong rank 3.*trailing axis of size 1"),
     ([np.zeros((4, 7), "float32"), np.zeros(4, "int32")], "'x'.*wrong shape.*\\(4, 7\\)"),
-    ([np.zeros((4, 8), "float32"), np.zeros(4, "float32")], "'y'.*wrong dtype.*float32.*int32"),
+    ([np.zeros((4, 8), "float32"), np.full(4, 0.5, "float32")], "'y'.*wrong dtype.*float32.*int32"),
 ])
 def test_datapoint_mismatch_is_a_clear_error(bad, match):
     df = DataFromList([bad] * 3, shuffle=False)

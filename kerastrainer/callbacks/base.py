@@ -26,6 +26,7 @@ Subclasses override the underscore methods. Example::
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Optional
 
 __all__ = ["Callback", "ProxyCallback", "CallbackFactory", "StopTraining"]
@@ -51,7 +52,10 @@ class Callback:
     # --- the protocol, called by the trainer ---------------------------------------------
     def setup_graph(self, trainer) -> None:
         self.trainer = trainer
-        self._setup_graph()
+        # a trainer may say where set-up runs (a custom trainer's TF1 graph, for the program's callbacks)
+        scope = getattr(trainer, "callback_setup_scope", None)
+        with scope(self) if scope is not None else nullcontext():
+            self._setup_graph()
 
     def before_train(self) -> None:
         self._before_train()

@@ -492,12 +492,22 @@ class TFEventWriter(TrainingMonitor):
         self._num_pending = 0
         self._last_write = time.time()
 
+    # TensorBoard's tf.summary.histogram one-hot encodes every value (30 doubles each): VGG-16's fc6/W
+    # (103M values) needs 25 GB. Past this size the 30 buckets are counted here, the same buckets.
+    HISTOGRAM_IN_NUMPY_ABOVE = 1 << 20
+
     def process_histogram(self, name, values):
         if self._writer is None:
             return
         import tensorflow as tf
+        arr = np.asarray(values)
         with self._writer.as_default():
-            tf.summary.histogram(name, values, step=self.global_step)
+            if arr.size <= self.HISTOGRAM_IN_NUMPY_ABOVE:
+                tf.summary.histogram(name, values, step=self.global_step)
+                return
+            tf.summary.write(name, _histogram_buckets(arr), step=self.global_step,
+                             metadata=tf.compat.v1.SummaryMetadata(
+                                 plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="histograms")))
 
     def process_image(self, name, img):
         if self._writer is None:
@@ -609,3 +619,17 @@ class CometMLMonitor(TrainingMonitor):
 
     def _after_train(self):
         self.experiment.end()
+
+
+def _histogram_buckets(arr: np.ndarray, bucket_count: int = 30) -> np.ndarray:
+    """TensorBoard's histogram tensor of ``arr``: ``[k, 3]`` rows of (left edge, right edge, count),
+    ``bucket_count`` equal buckets from the minimum to the maximum (one bucket when all are equal)."""
+    flat = arr.astype(np.float64, copy=False).ravel()
+    flat = flat[np.isfinite(flat)]   # NaN and inf have no bucket
+    if flat.size == 0:
+        return np.zeros((0, 3))
+    lo, hi = float(flat.min()), float(flat.max())
+    if lo == hi:
+        return np.array([[lo, hi, float(flat.size)]])
+    counts, edges = np.histogram(flat, bins=bucket_count, range=(lo, hi))
+    return np.stack([edges[:-1], edges[1:], counts.astype(np.float64)], axis=1)

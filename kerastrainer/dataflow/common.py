@@ -288,8 +288,9 @@ class BatchDataByShape(BatchData):
     """Batch together datapoints whose component ``idx`` has the same shape.
 
     Useful for images of a few different sizes. Datapoints left over in a
-    not-yet-full group are kept for the next epoch, so nothing is dropped for good;
-    the number of batches is unknown (``len()`` raises NotImplementedError).
+    not-yet-full group are kept for the next epoch, so nothing is dropped for good.
+    ``len()`` is tensorpack's: the input's size over the batch size (``BatchData``'s), which is
+    what a pass makes on average over epochs (one pass may make fewer: its leftovers carry over).
 
     Example::
 
@@ -307,7 +308,8 @@ class BatchDataByShape(BatchData):
         self._holder = {}
 
     def __len__(self) -> int:
-        raise DataFlowSizeUnknown("BatchDataByShape does not know how many batches the shapes will make")
+        # tensorpack's BatchDataByShape kept BatchData's len (HED's steps_per_epoch = len(ds) * 40)
+        return super().__len__()
 
     def __iter__(self) -> Iterator[Any]:
         with self._guard:

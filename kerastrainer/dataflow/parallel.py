@@ -122,6 +122,28 @@ class _RunnerBase(DataFlow):
             pass
 
 
+class _EmptyPasses:
+    """A worker's guard against spinning forever on a DataFlow that yields nothing. A pass may be
+    empty when the DataFlow says it has datapoints (``len(ds) > 0``): ``BatchDataByShape`` keeps an
+    unfilled shape group for the next pass, as tensorpack's workers simply iterated again (HED).
+    Such a DataFlow gets ``MAX`` empty passes in a row; one of unknown or zero size gets one."""
+
+    MAX = 1000
+
+    def __init__(self, ds, owner: str):
+        try:
+            self.limit = self.MAX if len(ds) > 0 else 1
+        except (NotImplementedError, TypeError):
+            self.limit = 1
+        self.ds, self.owner, self.run = ds, owner, 0
+
+    def check(self, n: int) -> None:
+        self.run = 0 if n else self.run + 1
+        if self.run >= self.limit:
+            raise RuntimeError(f"The DataFlow {type(self.ds).__name__} given to {self.owner} yielded no datapoint "
+                               f"in {self.run} whole pass(es) in a row; the worker would spin forever.")
+
+
 # ----------------------------------------------------------------------------
 # MultiProcessRunnerZMQ
 # ----------------------------------------------------------------------------
@@ -135,6 +157,7 @@ def _zmq_runner_worker(parent_pid, use_pdeathsig, ds, addr, hwm, idx, owner, cha
     encode = ShmWriter(chan, idx, min(hwm, SHM_MAX_SLOTS)).frames if chan is not None else dumps_frames
     try:
         ds.reset_state()
+        empty = _EmptyPasses(ds, owner)
         while True:
             n = 0
             for dp in ds:
@@ -143,9 +166,7 @@ def _zmq_runner_worker(parent_pid, use_pdeathsig, ds, addr, hwm, idx, owner, cha
                     check_message_size(message_nbytes(frames), max_bytes, f"{owner} worker {idx}")
                 sock.send_multipart([token] + frames, copy=False)
                 n += 1
-            if n == 0:
-                raise RuntimeError(f"The DataFlow {type(ds).__name__} given to {owner} yielded no datapoint "
-                                   "in a whole pass; the worker would spin forever.")
+            empty.check(n)
     except Exception:
         report_failure_and_exit(sock, ctx, owner, idx, token)
 
@@ -270,15 +291,14 @@ def _queue_runner_worker(parent_pid, use_pdeathsig, ds, q, idx, owner):
     worker_prologue(parent_pid, use_pdeathsig)
     try:
         ds.reset_state()
+        empty = _EmptyPasses(ds, owner)
         while True:
             n = 0
             for dp in ds:
                 # pickle here, not in the queue's feeder thread, so that a failure is reported
                 q.put(pickle.dumps(dp, protocol=pickle.HIGHEST_PROTOCOL))
                 n += 1
-            if n == 0:
-                raise RuntimeError(f"The DataFlow {type(ds).__name__} given to {owner} yielded no datapoint "
-                                   "in a whole pass; the worker would spin forever.")
+            empty.check(n)
     except Exception:
         q.put(WorkerFailure(owner, idx, os.getpid(), traceback.format_exc()))
         sys.exit(1)

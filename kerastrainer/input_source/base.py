@@ -77,12 +77,23 @@ def _channel_hint(got, declared: tf.TensorShape, index: int) -> str:
     return ""
 
 
+def _whole_floats_for_ints(arr: np.ndarray, want) -> bool:
+    """True when ``arr`` holds floats for an integer dtype and every value is a whole number (the
+    cast keeps every value; a fractional value stays a dtype error)."""
+    want = np.dtype(want)
+    if arr.dtype.kind != "f" or want.kind not in "iu" or arr.size == 0:
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.all(np.isfinite(arr) & (arr == np.round(arr))))
+
+
 def check_datapoint(dp, specs: Sequence[tf.TensorSpec], where: str) -> List[np.ndarray]:
     """Check a datapoint against the specs and return its components as numpy arrays.
 
     A component may be cast to the spec's dtype when numpy calls it a 'same_kind'
-    cast (float64 -> float32, int64 -> int32); anything else is an error naming the
-    input and both specs. A cast that would change a value (an int64 label outside the
+    cast (float64 -> float32, int64 -> int32), and floats to an integer input when every value is a
+    whole number (HED's 0/1 float edge map for an int32 input: TF1's feed_dict cast it, as here);
+    anything else is an error naming the input and both specs. A cast that would change a value (an int64 label outside the
     int32 range, an integer float32 cannot hold exactly, a float64 beyond float32's range)
     is an error naming the input, the value and where it is; float rounding is not.
     """
@@ -97,7 +108,8 @@ def check_datapoint(dp, specs: Sequence[tf.TensorSpec], where: str) -> List[np.n
             problem = f"rank {arr.ndim}"
         elif shape.rank is not None and not shape.is_compatible_with(arr.shape):
             problem = "shape"
-        elif arr.dtype != want and not np.can_cast(arr.dtype, want, casting="same_kind"):
+        elif arr.dtype != want and not np.can_cast(arr.dtype, want, casting="same_kind") \
+                and not _whole_floats_for_ints(arr, want):
             problem = "dtype"
         if problem:
             raise InputSourceError(

@@ -25,21 +25,28 @@ __all__ = ["LinearWrap"]
 
 
 class _TFChain:
-    """``LinearWrap(x).tf.nn.relu()``: walk a module path, then call the op on the tensor."""
+    """``LinearWrap(x).tf.nn.relu()``: walk a module path, then call the op on the tensor.
 
-    def __init__(self, obj, tensor, path: str):
+    A name TF2 dropped is looked up at the same path of ``tf.compat.v1``: tensorpack's programs
+    were written for TF1's ``tf`` (``.tf.image.resize_nearest_neighbor([16, 16])`` in BEGAN)."""
+
+    def __init__(self, obj, tensor, path: str, v1=None):
         self._obj = obj
         self._t = tensor
         self._path = path
+        self._v1 = v1
 
     def __getattr__(self, name: str):
-        try:
-            attr = getattr(self._obj, name)
-        except AttributeError:
-            raise AttributeError(f"LinearWrap: {self._path}.{name} does not exist.") from None
+        attr = getattr(self._obj, name, None)
+        v1 = getattr(self._v1, name, None) if self._v1 is not None else None
+        if attr is None:
+            attr = v1
+        if attr is None:
+            raise AttributeError(f"LinearWrap: {self._path}.{name} does not exist (in TF2's tf nor in "
+                                 "tf.compat.v1).")
         path = f"{self._path}.{name}"
-        if isinstance(attr, ModuleType):
-            return _TFChain(attr, self._t, path)
+        if isinstance(attr, ModuleType) or (v1 is not None and isinstance(v1, ModuleType)):
+            return _TFChain(attr, self._t, path, v1 if isinstance(v1, ModuleType) else None)
         if not callable(attr):
             raise AttributeError(f"LinearWrap: {path} is neither a module nor a function.")
 
@@ -66,7 +73,7 @@ class LinearWrap:
         if layer_name.startswith("__"):
             raise AttributeError(layer_name)
         if layer_name == "tf":
-            return _TFChain(tf, self._t, "tf")
+            return _TFChain(tf, self._t, "tf", tf.compat.v1)
         layer = get_registered_layer(layer_name)
         if layer is None:
             raise AttributeError(

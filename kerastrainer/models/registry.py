@@ -248,7 +248,9 @@ def layer_register(log_shape: bool = True, use_scope: Optional[bool] = True) -> 
             bound = bind(inputs, rest, kwargs)
             if name is None:
                 return func(*bound.args, **bound.kwargs)
-            with layer_scope(name) as key:
+            # tensorpack's layers ran in a TF1 variable scope of their name: `tf.get_variable('W', ...)`
+            # in a program's own layer (shufflenet's DepthConv) is '<scope>/<name>/W'
+            with layer_scope(name) as key, tf.compat.v1.variable_scope(name, auxiliary_name_scope=False):
                 outputs = func(*bound.args, **bound.kwargs)
             _attach_variables(key, outputs)
             if log_shape:

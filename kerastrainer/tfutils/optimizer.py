@@ -30,6 +30,46 @@ class GradientProcessedOptimizer:
         self.opt = opt
         self.procs = list(procs)
 
+    # tensorpack's wrapper is itself a tf.train.Optimizer: a custom trainer's TF1 graph (InfoGAN's
+    # GANTrainer) calls opt.minimize(loss, var_list=...) on it, the processors running in apply_gradients
+    def _tf1_optimizer(self, method: str):
+        import tensorflow as tf
+        if not isinstance(self.opt, tf.compat.v1.train.Optimizer):
+            raise TypeError(f"apply_grad_processors({type(self.opt).__name__}, ...).{method}(): only a wrapped TF1 "
+                            "tf.train optimizer has TF1's minimize/compute_gradients/apply_gradients; a Keras "
+                            "optimizer is wrapped for ModelDesc.optimizer() (the trainer runs the processors).")
+        return self.opt
+
+    def compute_gradients(self, *args, **kwargs):
+        """TF1's ``compute_gradients`` of the wrapped optimizer."""
+        return self._tf1_optimizer("compute_gradients").compute_gradients(*args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """The processors on ``[(grad, var)]``, then TF1's ``apply_gradients`` of the wrapped optimizer."""
+        opt = self._tf1_optimizer("apply_gradients")
+        pairs = list(grads_and_vars)
+        names = {}
+        for _, v in pairs:
+            try:
+                names[variable_key(v)] = v.op.name   # a custom trainer's variables answer their store name
+            except AttributeError:
+                pass
+        with variable_names(names):
+            for p in self.procs:
+                pairs = p.process(pairs)
+        return opt.apply_gradients(pairs, global_step=global_step, name=name)
+
+    def minimize(self, loss, global_step=None, var_list=None, gate_gradients=1, aggregation_method=None,
+                 colocate_gradients_with_ops=False, name=None, grad_loss=None):
+        """TF1's ``minimize``: ``compute_gradients`` then this wrapper's ``apply_gradients``."""
+        grads_and_vars = self.compute_gradients(
+            loss, var_list=var_list, gate_gradients=gate_gradients, aggregation_method=aggregation_method,
+            colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
+        if not [v for g, v in grads_and_vars if g is not None]:
+            raise ValueError(f"No gradients provided for any variable of {loss!r}; check the graph for ops without "
+                             f"gradients between the loss and the variables {[v.name for _, v in grads_and_vars]}.")
+        return self.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+
 
 def apply_grad_processors(opt, gradprocs: Sequence[GradientProcessor]) -> GradientProcessedOptimizer:
     """An optimizer that runs ``gradprocs`` on ``[(grad, var), ...]`` before updating (tensorpack's)."""

@@ -30,12 +30,13 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from typing import Dict, Iterator, List, Sequence
 
 import tensorflow as tf
 
-from .._internals import tf_variable_of
+from .._internals import give_tf1_op_name, tf_variable_of
 from ..tfutils.global_step import active_store
 from ..tfutils.layer_store import LayerStore
 from ..tfutils.tower import default_layer_store_scope, get_current_tower_context
@@ -68,6 +69,7 @@ class TF1Graph:
         self.created_variables: List[tf.Variable] = []   # in creation order
         self._functions: Dict[tuple, object] = {}
         self._reads: Dict[int, tf.Tensor] = {}
+        self._names: Dict[int, str] = {}   # name_of's answers
 
     @contextmanager
     def building(self) -> Iterator["TF1Graph"]:
@@ -89,6 +91,8 @@ class TF1Graph:
         # from it (a variable made as a graph op would need lifting, which Keras' variables miss)
         with tf.init_scope(), tf.name_scope(scope + "/" if scope else ""):
             var = next_creator(**kwargs)
+        # TF1 code names a variable by `v.op.name` (WGAN's ClipCallback): its name here
+        give_tf1_op_name(var, self.graph, functools.partial(self.name_of, var))
         self.created_variables.append(var)
         keys = list(collections) if collections else [_KEYS.GLOBAL_VARIABLES]
         if var.trainable and _KEYS.TRAINABLE_VARIABLES not in keys:
@@ -150,6 +154,16 @@ class TF1Graph:
             out[name] = var
             known.add(id(var))
         return out
+
+    def name_of(self, var) -> str:
+        """``var``'s name in :meth:`named_variables` (``'discrim/fct/W'``), or its TF name."""
+        name = self._names.get(id(var))
+        if name is None:
+            for n, v in self.named_variables().items():
+                if tf_variable_of(v) is var or v is var:
+                    name = self._names[id(var)] = n   # a name, once given, stays (TF1 optimizers key slots by it)
+                    break
+        return name if name is not None else var.name.split(":")[0]
 
     def collection(self, key: str, scope: str = None) -> list:
         """The graph's collection ``key`` (items whose name matches ``scope``, as TF1's)."""

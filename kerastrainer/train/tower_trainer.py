@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import functools
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from .._internals import tf1_default_session
 from ..callbacks.base import Callback
 from ..input_source.base import InputCallbacks, InputSource, InputSourceError
 from ..tfutils.global_step import global_step_of, set_current_global_step
@@ -95,6 +96,11 @@ class _Session:
             raise TypeError(f"{'hooked_sess' if self._hooked else 'sess'}.run(): options {sorted(kwargs)} have no "
                             "TF2 meaning (no session); pass fetches and feed_dict only.")
         return self._trainer._run_fetches(fetches, feed_dict or {}, hooked=self._hooked)
+
+    @property
+    def graph(self) -> tf.Graph:
+        """The trainer's graph (TF1's ``op.run()`` checks that the default session runs it)."""
+        return self._trainer.graph
 
     def should_stop(self) -> bool:
         return False
@@ -334,6 +340,27 @@ class TowerTrainer(Trainer):
     def setup_callbacks(self, callbacks: Sequence[Callback], monitors: Sequence[Callback]) -> None:
         self._finalize()
         super().setup_callbacks(list(self._registered) + list(callbacks), monitors)
+
+    def callback_setup_scope(self, cb: Callback):
+        """Where ``cb._setup_graph`` runs (``Callback.setup_graph`` asks): a callback of the program (its
+        ``_setup_graph`` not kerastrainer's) sets up in the trainer's graph, as tensorpack's did, so
+        that its ``tf.assign`` / ``tf.group`` make ops that ``op.run()`` runs in the main loop;
+        kerastrainer's own callbacks set up eagerly."""
+        owner = next((k for k in type(cb).__mro__ if "_setup_graph" in k.__dict__), Callback)
+        if owner.__module__.split(".")[0] == "kerastrainer":
+            return nullcontext()
+        return self._callback_graph_scope(type(cb).__name__)
+
+    @contextmanager
+    def _callback_graph_scope(self, name: str):
+        with self._tf1.building(), tf.name_scope(name):
+            yield
+
+    def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
+        # tensorpack ran the main loop under `with self.sess.as_default()`: a callback's `op.run()`
+        # and `tensor.eval()` run in this trainer's graph (no global step counted)
+        with tf1_default_session(self.sess):
+            super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
 
     def setup_graph(self, *args, **kwargs):
         raise TypeError(f"{type(self).__name__} builds its graph in __init__; call train_with_defaults(...) or "

@@ -91,3 +91,83 @@ def write_ilsvrc12(root, meta_dir=None, wnids=("n01440764", "n01443537", "n01484
     with open(os.path.join(meta_dir, "synsets.txt"), "w") as f:
         f.writelines(w + "\n" for w in wnids)
     return root
+
+
+def write_celeba(root, n=8, attrs=("Male", "Smiling"), seed=0):
+    """A tiny ``img_align_celeba`` directory: ``000001.jpg``... (178x218, CelebA's size) and
+    ``list_attr_celeba.txt`` (the count, the attribute names, then one ``<file> 1/-1 ...`` line an
+    image), with each attribute both 1 and -1 somewhere. Needs opencv."""
+    import cv2
+
+    rng = np.random.RandomState(seed)
+    os.makedirs(root, exist_ok=True)
+    lines = [f"{n}\n", " ".join(attrs) + "\n"]
+    for i in range(n):
+        name = f"{i + 1:06d}.jpg"
+        assert cv2.imwrite(os.path.join(root, name), rng.randint(0, 255, (218, 178, 3)).astype(np.uint8))
+        values = [1 if (i >> k) % 2 == 0 else -1 for k in range(len(attrs))]
+        lines.append(name + " " + " ".join(f"{v:2d}" for v in values) + "\n")
+    with open(os.path.join(root, "list_attr_celeba.txt"), "w") as f:
+        f.writelines(lines)
+    return root
+
+
+def write_jpeg_dir(d, n=4, shape=(64, 64), seed=0):
+    """``d/0.jpg``... of random pixels, ``shape`` (height, width) each. Needs opencv."""
+    import cv2
+
+    rng = np.random.RandomState(seed)
+    os.makedirs(d, exist_ok=True)
+    for i in range(n):
+        assert cv2.imwrite(os.path.join(d, f"{i}.jpg"), rng.randint(0, 255, tuple(shape) + (3,)).astype(np.uint8))
+    return d
+
+
+def write_bsds500(root, n_per_split=4, seed=0):
+    """``root/bsds500_data/BSR/BSDS500/data/{images,groundTruth}/{train,val,test}/``: 481x321 JPEGs
+    (one portrait, as in BSDS500) and their ``.mat`` files with ``groundTruth``, a 1xK cell of
+    structs whose ``Boundaries`` is a 0/1 edge map (two annotators). Needs opencv and scipy."""
+    import cv2
+    import scipy.io
+
+    rng = np.random.RandomState(seed)
+    base = os.path.join(root, "bsds500_data", "BSR", "BSDS500", "data")
+    for split in ("train", "val", "test"):
+        os.makedirs(os.path.join(base, "images", split), exist_ok=True)
+        os.makedirs(os.path.join(base, "groundTruth", split), exist_ok=True)
+        for i in range(n_per_split):
+            h, w = (481, 321) if i == 0 else (321, 481)
+            img = rng.randint(0, 255, (h, w, 3)).astype(np.uint8)
+            assert cv2.imwrite(os.path.join(base, "images", split, f"{i}.jpg"), img)
+            annotators = np.empty((1, 2), dtype=object)
+            for k in range(2):
+                edges = np.zeros((h, w), dtype=np.uint8)
+                edges[h // 3 + k, :] = 1
+                edges[:, w // 2 - k] = 1
+                annotators[0, k] = {"Boundaries": edges}
+            scipy.io.savemat(os.path.join(base, "groundTruth", split, f"{i}.mat"), {"groundTruth": annotators})
+    return os.path.join(root, "bsds500_data")
+
+
+def write_imagenet_mean(meta_dir, seed=0):
+    """``meta_dir/imagenet_mean.binaryproto``: a 3x256x256 mean image in Caffe's ``BlobProto`` wire
+    format (num, channels, height, width as varints; ``data`` packed floats), as in tensorpack's
+    ILSVRC12 metadata archive. Returns the (256, 256, 3) array it holds."""
+    rng = np.random.RandomState(seed)
+    data = (rng.rand(3, 256, 256) * 255).astype("<f4")
+
+    def varint(v):
+        out = b""
+        while True:
+            b, v = v & 0x7F, v >> 7
+            out += bytes([b | (0x80 if v else 0)])
+            if not v:
+                return out
+
+    buf = b"".join(varint(field << 3) + varint(v) for field, v in ((1, 1), (2, 3), (3, 256), (4, 256)))
+    payload = data.tobytes()
+    buf += varint(5 << 3 | 2) + varint(len(payload)) + payload
+    os.makedirs(meta_dir, exist_ok=True)
+    with open(os.path.join(meta_dir, "imagenet_mean.binaryproto"), "wb") as f:
+        f.write(buf)
+    return np.transpose(data, [1, 2, 0])

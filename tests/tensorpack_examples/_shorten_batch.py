@@ -3,7 +3,7 @@
 A test harness, not part of the ports. On top of ``_shorten.py``'s caps (``TP_MAX_EPOCH``,
 ``TP_STEPS_PER_EPOCH``, ``TP_PRETEND_GPU``) it caps every ``BatchData``'s batch size at
 ``TP_BATCH_SIZE`` and makes ``get_num_gpu()`` return ``TP_NUM_GPU`` (a script that computes
-``TOTAL_BATCH_SIZE // get_num_gpu()`` then runs on CPU towers), so that ImageNet-sized
+``TOTAL_BATCH_SIZE // get_num_gpu()`` then runs on CPU towers, as many logical CPU devices), so that ImageNet-sized
 scripts keep their own numbers and still train a few steps on a CPU.
 """
 import os
@@ -27,6 +27,8 @@ def _cap_batch_size():
 def _pretend_num_gpu(n):
     from kerastrainer.utils import devices, gpu
     devices.get_num_gpu = gpu.get_num_gpu = lambda: n
+    if n > 1:   # the towers then run on n logical CPU devices (made before TF starts)
+        devices.ensure_tower_devices(n)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,42 @@ def _subdirs(d: str) -> List[str]:
     return sorted(f for f in os.listdir(d) if os.path.isdir(os.path.join(d, f)))
 
 
+def _varint(buf: bytes, pos: int) -> Tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _blobproto_data(buf: bytes) -> np.ndarray:
+    """Field 5 (``repeated float data``) of a serialized Caffe ``BlobProto`` (protobuf wire format),
+    packed or not; the other fields are skipped."""
+    pos, parts = 0, []
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = _varint(buf, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 2:
+            n, pos = _varint(buf, pos)
+            if field == 5:
+                parts.append(np.frombuffer(buf[pos:pos + n], "<f4"))
+            pos += n
+        elif wire == 5:
+            if field == 5:
+                parts.append(np.frombuffer(buf[pos:pos + 4], "<f4"))
+            pos += 4
+        else:
+            raise ValueError(f"Not a Caffe BlobProto: protobuf wire type {wire} at byte {pos}.")
+    return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+
 class ILSVRCMeta:
     """The ILSVRC12 meta data: class ids, names and per-split image lists.
 
@@ -71,6 +107,24 @@ class ILSVRCMeta:
             raise self._missing([name])
         with open(path, encoding="utf-8") as f:
             return [line.strip() for line in f if line.strip()]
+
+    def get_per_pixel_mean(self, size: Optional[Tuple[int, int]] = None) -> np.ndarray:
+        """The per-pixel mean image, (256, 256, 3) BGR float32 in [0, 255] (or resized to ``size``,
+        (h, w)), from ``imagenet_mean.binaryproto`` of the metadata archive (Caffe's ``BlobProto``,
+        read here without Caffe), as tensorpack's."""
+        path = os.path.join(self.dir, "imagenet_mean.binaryproto")
+        if not os.path.isfile(path):
+            raise self._missing(["imagenet_mean.binaryproto"])
+        with open(path, "rb") as f:
+            data = _blobproto_data(f.read())
+        if data.size != 3 * 256 * 256:
+            raise ValueError(f"ILSVRCMeta: {path} holds {data.size} values; a 3x256x256 mean image has "
+                             f"{3 * 256 * 256}.")
+        arr = np.transpose(data.reshape((3, 256, 256)).astype("float32"), [1, 2, 0])
+        if size is not None:
+            import cv2
+            arr = cv2.resize(arr, tuple(size)[::-1])
+        return arr
 
     def get_synset_words_1000(self) -> Dict[int, str]:
         """``{class index: 'wnid words'}`` from ``synset_words.txt``."""
