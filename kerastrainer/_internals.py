@@ -104,6 +104,9 @@ def _keras():
 def _tf():
     check_versions()
     import tensorflow as tf
+    # the first `import tensorflow.compat.v1` makes a new module object and rebinds tf.compat.v1 to it:
+    # made here, before any patch of tf.compat.v1, so that a program's later import sees the patches
+    import tensorflow.compat.v1  # noqa: F401
     return tf
 
 

@@ -21,6 +21,9 @@ Example::
             return tf.train.MomentumOptimizer(lr, 0.9)   # -> keras SGD-style momentum, TF1 maths
 """
 import tensorflow as tf
+# the first `import tensorflow.compat.v1` makes a new module object and rebinds tf.compat.v1: done
+# before the patches below, so that `import tensorflow.compat.v1 as tf` in a program sees them
+import tensorflow.compat.v1  # noqa: F401,E402
 
 from ..tfutils import extensions as _extensions
 from ..tfutils.global_step import get_global_step_value, get_global_step_var

@@ -64,8 +64,16 @@ def test_disabled_before_kerastrainer_is_loaded_is_a_clear_error(tmp_path):
     assert "TRAINED" not in out
 
 
-def test_disabled_after_kerastrainer_is_loaded_trains(tmp_path):
-    r = _program(tmp_path, "import kerastrainer.compat\ntf.compat.v1.disable_eager_execution()")
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("prelude", [
+    "import kerastrainer.compat\ntf.compat.v1.disable_eager_execution()",
+    # edit 1 of docs/tensorpack-migration.md: the program's own `import tensorflow.compat.v1` comes after
+    "import kerastrainer.compat\nimport tensorflow.compat.v1 as tf1\ntf1.disable_eager_execution()",
+])
+def test_disabled_after_kerastrainer_is_loaded_trains(tmp_path, prelude):
+    r = _program(tmp_path, prelude)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     assert "TRAINED global_step 4 eager True" in out
