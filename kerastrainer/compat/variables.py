@@ -8,13 +8,9 @@ import tensorflow as tf
 
 from .._internals import fresh_tf1_variable_store
 from ..tfutils.layer_store import LayerStore
+from ..tfutils.variable_replay import is_tf1_variable_call
 
 __all__ = ["tf1_variables_in_store"]
-
-
-def _is_v1_call(kwargs) -> bool:
-    # tf.compat.v1.get_variable / VariableV1 pass TF1-only arguments; Keras and tf.Variable do not
-    return "collections" in kwargs or "use_resource" in kwargs
 
 
 @contextmanager
@@ -22,7 +18,7 @@ def tf1_variables_in_store(store: LayerStore):
     """Route ``tf.compat.v1`` variable creation to ``store`` (by the variable scope's name)."""
 
     def creator(next_creator, **kwargs):
-        if not _is_v1_call(kwargs):
+        if not is_tf1_variable_call(kwargs):
             return next_creator(**kwargs)
         name = (kwargs.get("name") or "Variable").split(":")[0]
         var = store.raw_variables.get(name)

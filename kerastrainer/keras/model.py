@@ -660,28 +660,29 @@ class KerasModel(KerasEvaluation):
         self.model.history = history  # as after keras.Model.fit
         return history
 
+    def _own_step_desc(self):
+        """The desc of the model's own ``train_step`` when ``fit`` ran it, else None."""
+        own = getattr(self, "_own_desc", None)
+        return own if own is not None and own.keras_model is self.model else None
+
+    def _trained_optimizers(self) -> list:
+        """The optimizers ``fit`` trained with: the model's own (its ``train_step``) or KerasModel's."""
+        return list(model_optimizers(self.model).values()) if self._own_step_desc() is not None else [self._optimizer]
+
     def _finalize_ema(self) -> None:
         """As at the end of ``keras.Model.fit``: an optimizer with ``use_ema=True`` overwrites the
         trained variables with their moving averages."""
-        own = getattr(self, "_own_desc", None)
-        optimizers = (list(model_optimizers(self.model).values()) if own is not None and own.keras_model is self.model
-                      else [self._optimizer])
-        for opt in optimizers:
+        for opt in self._trained_optimizers():
             inner = getattr(opt, "inner_optimizer", opt)
             if getattr(inner, "use_ema", False):
                 opt.finalize_variable_values(self.model.trainable_weights)
 
     def _release_strategy(self) -> None:
         """Make the model plain Keras again (variables off the trainer's strategy)."""
-        own = getattr(self, "_own_desc", None)
-        if own is not None and own.keras_model is self.model:
-            optimizers = list(model_optimizers(self.model).values())
-            variables = unique_variables(list(self.model.variables) + own.state_variables())
-        else:
-            optimizers = [self._optimizer]
-            variables = unique_variables(list(self.model.variables) + list(getattr(self._optimizer, "variables", [])))
-        if place_off_strategy(variables):
-            for opt in optimizers:
+        own = self._own_step_desc()
+        state = own.state_variables() if own is not None else list(getattr(self._optimizer, "variables", []))
+        if place_off_strategy(unique_variables(list(self.model.variables) + state)):
+            for opt in self._trained_optimizers():
                 rekey_optimizer(opt)
 
 

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from .tower import current_scope_name
 
-__all__ = ["VariableReplay", "normalized_variable_name"]
+__all__ = ["VariableReplay", "normalized_variable_name", "is_tf1_variable_call"]
 
 _AUTO_NUMBER = re.compile(r"_\d+$")
 
@@ -56,8 +56,9 @@ def normalized_variable_name(name: str) -> str:
     return "/".join(_AUTO_NUMBER.sub("", part) for part in _plain_name(name).split("/"))
 
 
-def _is_v1_call(kwargs) -> bool:
-    # tf.compat.v1.get_variable / VariableV1: the layer store keeps those by name
+def is_tf1_variable_call(kwargs) -> bool:
+    """Whether a variable creator got ``tf.compat.v1.get_variable`` / ``VariableV1``'s call (they pass
+    TF1-only arguments; Keras and ``tf.Variable`` do not): the layer store keeps those by name."""
     return "collections" in kwargs or "use_resource" in kwargs
 
 
@@ -96,7 +97,7 @@ class VariableReplay:
 
     def _recorder(self):
         def record(next_creator, **kwargs):
-            name = None if _is_v1_call(kwargs) else _name_in_tower(kwargs)
+            name = None if is_tf1_variable_call(kwargs) else _name_in_tower(kwargs)
             var = next_creator(**kwargs)
             if name is not None:
                 self._recorded.append((name, var))
@@ -116,7 +117,7 @@ class VariableReplay:
                     and (dtype is None or dtype == var.dtype.base_dtype))
 
         def replay(next_creator, **kwargs):
-            if _is_v1_call(kwargs):
+            if is_tf1_variable_call(kwargs):
                 return next_creator(**kwargs)
             full = _name_in_tower(kwargs)
             shape, dtype = _spec(kwargs)

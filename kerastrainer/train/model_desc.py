@@ -13,6 +13,12 @@ from ..tfutils.tower_func import ModelVariables, TowerFunction
 __all__ = ["ModelDesc", "ModelDescBase"]
 
 
+def _weights_of(holders: dict) -> list:
+    """The variables of weight holders: a ``tf.Variable`` itself, a layer / model its ``weights``."""
+    return [v for obj in holders.values()
+            for v in ([obj] if isinstance(obj, tf.Variable) else getattr(obj, "weights", []))]
+
+
 def _is_trackable_weight_holder(obj) -> bool:
     return isinstance(obj, tf.Variable) or (hasattr(obj, "weights") and hasattr(obj, "built"))
 
@@ -91,8 +97,7 @@ class ModelDescBase:
         return {k: v for k, v in vars(self).items() if not k.startswith("_") and _is_trackable_weight_holder(v)}
 
     def _attribute_weights(self) -> list:
-        return [v for obj in self._weight_holders().values()
-                for v in ([obj] if isinstance(obj, tf.Variable) else getattr(obj, "weights", []))]
+        return _weights_of(self._weight_holders())
 
     def get_model_variables(self) -> ModelVariables:
         """The trackable root saved as ``model`` in checkpoints."""
@@ -104,9 +109,7 @@ class ModelDescBase:
         # model built inside build_graph) join the store
         tower = self.__dict__.get("_tower_function")
         if tower is not None:
-            owned = [v for obj in mv.extra.values()
-                     for v in ([obj] if isinstance(obj, tf.Variable) else getattr(obj, "weights", []))]
-            tower.adopt_variables(owned)
+            tower.adopt_variables(_weights_of(mv.extra))
         return mv
 
 
