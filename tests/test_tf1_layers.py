@@ -168,3 +168,10 @@ def test_normalized_variable_name():
     assert normalized_variable_name("tower1/dense_7/kernel:0") == "dense/kernel"
     assert normalized_variable_name("while/tower0/block_2/conv2d_13/bias") == "block/conv2d/bias"
     assert normalized_variable_name("fc1/kernel") == "fc1/kernel"
+
+
+def test_tf_layers_batchnorm_fused_is_warned_about(monkeypatch):
+    logged = []
+    monkeypatch.setattr(tf_layers.logger, "warning", lambda msg, *args: logged.append(msg % args))
+    tfv1.layers.batch_normalization(tf.ones([2, 3]), fused=True, name="bn_fused")
+    assert any("batch_normalization(fused=True) is ignored" in m for m in logged), logged

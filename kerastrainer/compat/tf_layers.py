@@ -34,6 +34,7 @@ import keras
 import tensorflow as tf
 
 from ..models.registry import current_layer_store
+from ..utils import logger
 from ..tfutils.tower import current_scope_name
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv2d_transpose", "conv3d_transpose", "separable_conv2d",
@@ -231,6 +232,9 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
         if value != default:
             raise ValueError(f"tf.layers.batch_normalization({knob}={value!r}): Keras 3's BatchNormalization "
                              "has no such option. Remove it (or write the normalization with tf ops).")
+    if fused is not None:
+        logger.warning("tf.layers.batch_normalization(fused=%r) is ignored: Keras 3 picks its own kernel "
+                       "(the same maths).", fused)
 
     def make(kname):
         layer = keras.layers.BatchNormalization(
