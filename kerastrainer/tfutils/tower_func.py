@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
-from .._internals import keras_training_phase, tf_variable_of
+from .._internals import keras_training_phase, sublayers, tf_variable_of
 from ..utils.casting import cast_exactly
 from .extensions import tower_contexts
 from .layer_store import LayerStore, log_layer_shapes
@@ -46,15 +46,8 @@ class ModelVariables(tf.Module):
             if isinstance(obj, tf.Variable):
                 extra[attr] = obj
             else:
-                own = getattr(obj, "name", None)
-                stable = _stable_layer_names(obj)
-                for v in getattr(obj, "weights", []):
-                    path = (getattr(v, "path", None) or v.name).split(":")[0]
-                    # not the object's own name: Keras numbers it per process ('sequential_1')
-                    if own and path.startswith(own + "/"):
-                        path = path[len(own) + 1:]
-                    head, sep, rest = path.partition("/")
-                    extra[f"{attr}/{stable.get(head, head)}{sep}{rest}"] = v
+                for rel, v in _structural_names(obj).items():
+                    extra[f"{attr}/{rel}"] = v
         out = dict(self.store.named_variables())
         out.update(extra)
         return out
@@ -86,17 +79,17 @@ def _snake_case(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
 
 
-def _stable_layer_names(model) -> Dict[str, str]:
-    """``{layer.name: name to save under}`` for the layers of a Keras model.
+def _stable_layer_names(layers) -> Dict[str, str]:
+    """``{layer.name: name to save under}`` for sibling Keras layers (a model's ``layers``).
 
     Keras numbers automatic layer names per process (``dense_17``), so the same model built
     twice names its layers differently. A layer whose name is automatic is saved as its kind
-    and its rank among the model's automatically named layers of that kind (``dense``,
+    and its rank among the siblings automatically named of that kind (``dense``,
     ``dense_1``, ...), as Keras' own weight files do; a layer named by the user keeps its name.
     """
     counts: Dict[str, int] = {}
     out: Dict[str, str] = {}
-    for layer in getattr(model, "layers", None) or []:
+    for layer in layers:
         name = getattr(layer, "name", None)
         if not name:
             continue
@@ -105,9 +98,47 @@ def _stable_layer_names(model) -> Dict[str, str]:
             k = counts.get(base, 0)
             counts[base] = k + 1
             out[name] = base if k == 0 else f"{base}_{k}"
-    users = {getattr(layer, "name", None) for layer in getattr(model, "layers", None) or []} - set(out)
+    users = {getattr(layer, "name", None) for layer in layers} - set(out)
     # never the name of a layer the user named (a Conv2D called 'dense_1'): then keep Keras' own
     return {n: (n if st in users else st) for n, st in out.items()}
+
+
+def _structural_names(obj) -> Dict[str, object]:
+    """``{name: variable}`` for every weight of a Keras layer or model, named by where it sits in the
+    layer tree: ``<stable child name>/.../<variable name>`` (see :func:`_stable_layer_names`).
+
+    Not by the variable's ``path``: that is the name scope at creation, which a nested model does
+    not enter (an outer ``dense_1`` and the inner model's ``dense`` would both become ``dense``)
+    and which holds per-process numbers below the first level. A layer reached twice (shared) is
+    named where it is first met; names that still collide get ``_1``, ``_2``... in weight order."""
+    weights = list(getattr(obj, "weights", None) or [])
+    if not weights:
+        return {}
+    try:
+        children = [c for c in sublayers(obj, recursive=False) if c is not obj]
+    except (AttributeError, TypeError):  # not a Keras layer: its weights by their own names
+        children = []
+    stable = _stable_layer_names(children)
+    owner: Dict[int, str] = {}
+    for child in children:
+        prefix = stable.get(child.name, child.name)
+        for rel, v in _structural_names(child).items():
+            owner.setdefault(id(v), f"{prefix}/{rel}")
+    out: Dict[str, object] = {}
+    seen = set()
+    for v in weights:
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        name = owner.get(id(v))
+        if name is None:  # the layer's own weight (a Dense's kernel, a subclassed model's add_weight)
+            name = (getattr(v, "name", None) or "variable").split(":")[0].rsplit("/", 1)[-1]
+        unique, k = name, 0
+        while unique in out:
+            k += 1
+            unique = f"{name}_{k}"
+        out[unique] = v
+    return out
 
 
 def _placeholder_spec(spec: tf.TensorSpec, name: str) -> tf.TensorSpec:

@@ -1,0 +1,96 @@
+"""Issue 36: ``KerasModel.fit`` gives ``keras.Model.fit``'s numbers and accepts what ``fit`` accepts.
+
+Each test trains two models with the same initial weights on the same data, in the same order
+(``shuffle=False``), one with ``keras.Model.fit`` and one with ``KerasModel``, and compares
+History and the weights (1e-5).
+"""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerastrainer.callbacks import ModelSaver
+from kerastrainer.keras import KerasModel
+from kerastrainer.tfutils import load_chkpt_vars
+from kerastrainer.tfutils.checkpoint_files import latest_checkpoint
+from kerastrainer.utils import logger
+
+QUIET = dict(extra_callbacks=[], monitors=[], verbose=0)
+TOL = 1e-5
+
+
+def _twins(build, seed=0):
+    """Two models from ``build`` with the same initial weights."""
+    keras.utils.set_random_seed(seed)
+    a = build()
+    b = build()
+    b.set_weights(a.get_weights())
+    return a, b
+
+
+def _close(a, b, tol=TOL):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert a.shape == b.shape and np.allclose(a, b, atol=tol, rtol=0), (a.tolist(), b.tolist())
+
+
+def _same_weights(ref, model, tol=TOL):
+    assert len(ref.weights) == len(model.weights)
+    for u, v in zip(ref.weights, model.weights):
+        _close(u.numpy(), v.numpy(), tol)
+
+
+def _fit_both(ref, model, loss, x, y=None, opt=lambda: keras.optimizers.SGD(0.1), metrics=None, **fit_kw):
+    """``(History of keras fit, History of KerasModel)`` after compiling both alike."""
+    ref.compile(opt(), loss, metrics=metrics)
+    km = KerasModel(model)
+    km.compile(opt(), loss, metrics=metrics)
+    h_ref = ref.fit(x, y, verbose=0, **fit_kw)
+    h = km.fit(x, y, **QUIET, **fit_kw)
+    return h_ref, h
+
+
+# --- item 1: a model inside a model --------------------------------------------------------------
+def _siamese():
+    """keras-io's siamese pattern: one tower shared by two inputs, a head on their distance. Built
+    right after a fresh session, the tower's layer is 'dense' and the head 'dense_1'."""
+    t_in = keras.Input((6,))
+    tower = keras.Model(t_in, keras.layers.Dense(5, activation="tanh")(t_in))
+    a, b = keras.Input((6,)), keras.Input((6,))
+    distance = keras.layers.Lambda(lambda t: keras.ops.abs(t[0] - t[1]))([tower(a), tower(b)])
+    return keras.Model([a, b], keras.layers.Dense(1)(distance))
+
+
+def test_nested_model_trains_and_checkpoints_every_variable(tmp_path):
+    rng = np.random.RandomState(0)
+    xa, xb = rng.randn(40, 6).astype("float32"), rng.randn(40, 6).astype("float32")
+    y = rng.randn(40, 1).astype("float32")
+    keras.backend.clear_session()   # Keras's numbering from 0: the head's 'dense_1' is the 2nd dense
+    model = _siamese()
+    ref = _siamese()
+    keras.utils.set_random_seed(0)
+    ref.set_weights([np.random.RandomState(i).randn(*w.shape).astype("float32") * 0.5
+                     for i, w in enumerate(ref.get_weights())])
+    model.set_weights(ref.get_weights())
+    ref.compile(keras.optimizers.SGD(0.05), "mse")
+    km = KerasModel(model)
+    km.compile(keras.optimizers.SGD(0.05), "mse")
+    h_ref = ref.fit([xa, xb], y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    logger.set_logger_dir(str(tmp_path / "a"), "k")
+    try:
+        h = km.fit([xa, xb], y, batch_size=8, epochs=2, shuffle=False, callbacks=[ModelSaver()], **QUIET)
+    finally:
+        logger.unset_logger_dir()
+    assert len(km.trainer.model_variables.trainable_list) == len(model.trainable_variables) == 4
+    _close(h.history["loss"], h_ref.history["loss"])
+    _same_weights(ref, model)
+    # every variable under a name of its place in the model, the same in any process
+    saved = load_chkpt_vars(latest_checkpoint(str(tmp_path / "a")))
+    names = sorted(k for k in saved if k.startswith("keras_model/"))
+    assert names == ["keras_model/dense/bias", "keras_model/dense/kernel", "keras_model/functional/dense/bias",
+                     "keras_model/functional/dense/kernel"], names
+    # restored by name into the same model built again (other Keras numbers)
+    again = _siamese()
+    km2 = KerasModel(again)
+    km2.compile(keras.optimizers.SGD(0.05), "mse")
+    km2.fit([xa, xb], y, batch_size=8, epochs=0, session_init=str(tmp_path / "a"), **QUIET)
+    _same_weights(model, again, 0)
