@@ -94,3 +94,43 @@ def test_nested_model_trains_and_checkpoints_every_variable(tmp_path):
     km2.compile(keras.optimizers.SGD(0.05), "mse")
     km2.fit([xa, xb], y, batch_size=8, epochs=0, session_init=str(tmp_path / "a"), **QUIET)
     _same_weights(model, again, 0)
+
+
+# --- item 2: cross-entropy from the logits behind a softmax / sigmoid output ---------------------
+def _saturating(activation, units, shape=(4,), conv=False):
+    def build():
+        inp = keras.Input(shape)
+        layer = keras.layers.Conv2D(units, 1, activation=activation) if conv else \
+            keras.layers.Dense(units, activation=activation)
+        return keras.Model(inp, layer(inp))
+    return build
+
+
+def _big_weights(ref, model, scale=8.0):
+    # logits of tens: the probabilities saturate (1e-7 clipping would change the loss and its gradient)
+    w = [np.random.RandomState(i).randn(*v.shape).astype("float32") * scale for i, v in enumerate(ref.weights)]
+    ref.set_weights(w)
+    model.set_weights(w)
+
+
+@pytest.mark.parametrize("case", ["softmax_categorical", "sigmoid_binary", "softmax_sparse_pixels"])
+def test_cross_entropy_on_an_activation_uses_its_logits_as_keras(case):
+    rng = np.random.RandomState(1)
+    if case == "softmax_categorical":
+        build, loss = _saturating("softmax", 3), "categorical_crossentropy"
+        x = rng.randn(32, 4).astype("float32")
+        y = keras.utils.to_categorical(rng.randint(0, 3, 32), 3)
+    elif case == "sigmoid_binary":
+        build, loss = _saturating("sigmoid", 1), "binary_crossentropy"
+        x = rng.randn(32, 4).astype("float32")
+        y = rng.randint(0, 2, (32, 1)).astype("float32")
+    else:  # a U-Net's head: per-pixel softmax over the classes
+        build, loss = _saturating("softmax", 3, shape=(5, 5, 2), conv=True), "sparse_categorical_crossentropy"
+        x = rng.randn(32, 5, 5, 2).astype("float32")
+        y = rng.randint(0, 3, (32, 5, 5)).astype("int32")
+    ref, model = _twins(build)
+    _big_weights(ref, model)
+    h_ref, h = _fit_both(ref, model, loss, x, y, opt=lambda: keras.optimizers.SGD(0.01), batch_size=8,
+                         epochs=2, shuffle=False)
+    _close(h.history["loss"], h_ref.history["loss"], 1e-5 * max(1.0, h_ref.history["loss"][0]))
+    _same_weights(ref, model)

@@ -100,8 +100,10 @@ class KerasModelDesc(ModelDesc):
         # inside kerastrainer's training-phase context, so the last trace's losses would linger
         clear_model_losses(self._keras_model)
         y_pred = io.outputs_by_name(self._keras_model(x, training=training))
-        y_pred = {name: tf.identity(t, name=self.output_tensor_name(name)) for name, t in y_pred.items()}
+        named = {name: tf.identity(t, name=self.output_tensor_name(name)) for name, t in y_pred.items()}
         with tf.name_scope("objectives"):
+            # the model's own output tensors: a softmax or sigmoid output carries the logits behind it,
+            # from which Keras's cross-entropy computes (a copy of the tensor would lose them)
             total, stats = self._objectives.compute(y_true, y_pred, weights)
             # read right after the call: Keras clears a model's add_loss losses when it is called again
             # each summed, as Keras's fit does (Trainer._aggregate_additional_loss)
@@ -112,8 +114,8 @@ class KerasModelDesc(ModelDesc):
                 raise ValueError("No loss to compute: no output has a compiled loss and the model added none "
                                  "(add_loss) in this call.")
         loss = tf.identity(total, name="loss")
-        named = {_safe_name(n): tf.identity(v, name=_safe_name(n)) for n, v in stats.items()}
-        return loss, named, y_pred
+        stats = {_safe_name(n): tf.identity(v, name=_safe_name(n)) for n, v in stats.items()}
+        return loss, stats, named
 
     def build_graph(self, *tensors):
         ctx = get_current_tower_context()
