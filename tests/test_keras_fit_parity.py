@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _devices import cpus
 from kerastrainer.callbacks import ModelSaver
 from kerastrainer.keras import KerasModel
+from kerastrainer.train import SyncMultiGPUTrainerReplicated
 from kerastrainer.tfutils import load_chkpt_vars
 from kerastrainer.tfutils.checkpoint_files import latest_checkpoint
 from kerastrainer.utils import logger
@@ -133,4 +135,22 @@ def test_cross_entropy_on_an_activation_uses_its_logits_as_keras(case):
     h_ref, h = _fit_both(ref, model, loss, x, y, opt=lambda: keras.optimizers.SGD(0.01), batch_size=8,
                          epochs=2, shuffle=False)
     _close(h.history["loss"], h_ref.history["loss"], 1e-5 * max(1.0, h_ref.history["loss"][0]))
+    _same_weights(ref, model)
+
+
+# --- item 3: the epoch's statistics weight each batch by its size ---------------------------------
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_epoch_loss_and_metrics_weight_a_partial_last_batch_as_keras(replicas):
+    rng = np.random.RandomState(1)
+    x, y = rng.randn(35, 4).astype("float32"), rng.randint(0, 3, 35)   # 4 batches of 8, then 3
+    ref, model = _twins(lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    ref.compile(keras.optimizers.SGD(0.1), xent, metrics=["accuracy"])
+    km = KerasModel(model, trainer=SyncMultiGPUTrainerReplicated(cpus(2)) if replicas > 1 else None)
+    km.compile(keras.optimizers.SGD(0.1), xent, metrics=["accuracy"])
+    h_ref = ref.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    h = km.fit(x, y, batch_size=8, epochs=2, shuffle=False, **QUIET)
+    _close(h.history["loss"], h_ref.history["loss"])
+    # the metrics too: every replica's part of every batch, each sample once (Keras's running mean)
+    _close(h.history["accuracy"], h_ref.history["accuracy"])
     _same_weights(ref, model)

@@ -33,7 +33,7 @@ import keras
 import tensorflow as tf
 
 from .._internals import clear_model_losses
-from ..tfutils.summary import add_moving_summary
+from ..tfutils.summary import add_moving_summary, add_tensor_summary
 from ..tfutils.tower import get_current_tower_context
 from ..tfutils.tower_func import ModelVariables
 from ..train.model_desc import ModelDesc
@@ -42,7 +42,33 @@ from .objectives import Objectives
 from .structure import ModelIO, _safe_name
 from .variables import place_on_strategy, rekey_optimizer, unique_variables
 
-__all__ = ["KerasModelDesc"]
+__all__ = ["KerasModelDesc", "SAMPLES_STAT", "SAMPLE_SUM_PREFIX", "epoch_means"]
+
+#: hidden step statistics (``_``: no monitor shows them) from which :func:`epoch_means` weights
+#: each batch by its size, as Keras's running means do (a short last batch counts less)
+SAMPLES_STAT = "_keras_samples/scalar"
+SAMPLE_SUM_PREFIX = "_keras_sum/"
+
+
+def _record_sample_sums(loss, stats: dict, first_input) -> None:
+    """Every replica records its batch size and each statistic times it; the trainer sums the
+    replicas' (each divided by their number), so their ratio is the mean over the samples of
+    every replica, whatever the split."""
+    n = tf.cast(tf.shape(first_input)[0], tf.float32)
+    add_tensor_summary(n, types=("scalar",), name=SAMPLES_STAT[:-len("/scalar")], main_tower_only=False)
+    for name, value in [("loss", loss)] + list(stats.items()):
+        add_tensor_summary(tf.cast(value, tf.float32) * n, types=("scalar",), name=SAMPLE_SUM_PREFIX + name,
+                           main_tower_only=False)
+
+
+def epoch_means(sums: dict) -> dict:
+    """``{statistic: mean over the samples}`` from sums of step outputs holding :data:`SAMPLES_STAT`
+    and ``_keras_sum/<statistic>/scalar``; empty when they hold none (another kind of step)."""
+    samples = sums.get(SAMPLES_STAT)
+    if not samples:
+        return {}
+    return {k[len(SAMPLE_SUM_PREFIX):-len("/scalar")]: v / samples for k, v in sums.items()
+            if k.startswith(SAMPLE_SUM_PREFIX) and k.endswith("/scalar")}
 
 
 class KerasModelDesc(ModelDesc):
@@ -121,6 +147,8 @@ class KerasModelDesc(ModelDesc):
         ctx = get_current_tower_context()
         training = bool(ctx.is_training) if ctx is not None else False
         loss, stats, _ = self.compute(tensors, training)
+        if training:
+            _record_sample_sums(loss, stats, tensors[0])
         if training and self._global_batch:
             # weighted by the replica's share: the replicas' mean is the whole batch's loss
             loss = tf.identity(loss * tf.cast(tensors[-1], loss.dtype), name="weighted_loss")

@@ -431,9 +431,10 @@ class KerasModel(KerasEvaluation):
             validation_steps: validate on the first that many batches of ``validation_data``
                 (a generator reads on: the next ones each epoch); default all of it.
 
-        With several replicas the training metrics (``accuracy``...; not the loss) are
-        computed on the first replica's part of each step's batches; ``val_*`` cover the
-        whole validation data.
+        History's training statistics are means over the epoch's samples, each batch weighted
+        by its size, over every replica's part of each batch (Keras's running means); with
+        several replicas the progress bar and monitors show the metrics of the first
+        replica's part (not the loss). ``val_*`` cover the whole validation data.
 
         Example::
 
@@ -624,9 +625,9 @@ class KerasModel(KerasEvaluation):
                 validation_freq=1) -> keras.callbacks.History:
         replicas = self._replicas(trainer) * _worker_rank_size(trainer)[1]
         metrics = [n for ms in self._objectives.metrics.values() for n, _ in ms] if self._objectives else []
-        if replicas > 1 and metrics:  # the loss is averaged over the replicas; the metrics are not
-            logger.info("KerasModel.fit: the training metrics %s cover the first replica's batch of each step "
-                        "(1 of %d replicas); the loss covers all of them, val_* the whole validation data.",
+        if replicas > 1 and metrics:  # the monitors' step values are the main tower's; History's are not
+            logger.info("KerasModel.fit: History's training metrics %s cover every replica's part of each batch; "
+                        "the progress bar and monitors show the first replica's (1 of %d replicas).",
                         metrics, replicas)
         cbs: List = []
         history = keras.callbacks.History()

@@ -53,6 +53,7 @@ import numpy as np
 
 from ...callbacks.base import Callback, StopTraining
 from ...utils.cluster import is_chief
+from ..adapter import SAMPLE_SUM_PREFIX, SAMPLES_STAT, epoch_means
 
 __all__ = ["KerasCallback", "KerasTestHooks", "wrap_keras_callbacks", "backup_initial_epoch"]
 
@@ -186,9 +187,13 @@ class KerasCallback(Callback):
             # a model's own train_step returns running values (its metrics' results): Keras logs the last
             return {k: float(v) for k, v in (self.trainer.last_step_outputs or {}).items() if not k.startswith("_")}
         n = max(self._steps, 1)
-        logs = {k: v / n for k, v in self._sums.items()}
+        logs = {k: v / n for k, v in self._sums.items() if not k.startswith("_")}
+        # a KerasModel's statistics: each batch weighted by its size, as Keras's running means
+        weighted = epoch_means(self._sums)
+        logs.update(weighted)
         if "cost" in logs:
-            logs["loss"] = logs["cost"]
+            if "loss" not in weighted:
+                logs["loss"] = logs["cost"]
             if self.keras_model is not None:  # a KerasModel: Keras' log names only
                 del logs["cost"]
         return logs
@@ -247,7 +252,7 @@ class KerasCallback(Callback):
         t = self.trainer
         k = max(int(t.last_call_steps or 1), 1)
         for name, value in (t.last_step_outputs or {}).items():
-            if not name.startswith("_"):
+            if not name.startswith("_") or name == SAMPLES_STAT or name.startswith(SAMPLE_SUM_PREFIX):
                 self._sums[name] = self._sums.get(name, 0.0) + float(value) * k
         self._steps += k
         if self._restore_only:
