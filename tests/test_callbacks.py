@@ -17,6 +17,7 @@ from kerastrainer.callbacks import (
     NonFiniteLossError, ObjAttrParam, PeriodicCallback, PeriodicTrigger, ProgressBar, ScalarStats,
     ScheduledHyperParamSetter, StatMonitorParamSetter, StopTraining, TerminateOnNaN,
     TerminateOnNonFinite, ThroughputTracker)
+from kerastrainer.callbacks.trainer_view import TrainerView
 from kerastrainer.callbacks import group as group_mod
 from kerastrainer.dataflow import DataFlow
 
@@ -30,7 +31,7 @@ def make_data(n=64, seed=0):
     return x, y
 
 
-class MiniTrainer:
+class MiniTrainer(TrainerView):
     """A minimal trainer: the documented callback loop around a real TF train function.
 
     Each step trains on batch ``global_step % n_batches`` of a fixed dataset. A train call
@@ -314,7 +315,7 @@ def test_moving_average_summary_matches_per_step_ema(tf):
 
 
 def test_moving_average_k_steps_equals_k_single_steps():
-    class Stub:
+    class Stub(TrainerView):
         def __init__(self):
             self.monitors = Monitors([])
             self.global_step = 0

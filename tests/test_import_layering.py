@@ -313,3 +313,121 @@ def test_alias_modules_hold_no_logic(module):
     assert module in TREES, f"{module} is listed in ALIAS_MODULES but does not exist"
     logic = _holds_logic(TREES[module])
     assert logic is None, f"{module} is listed as an alias module but holds logic ({logic})"
+
+
+# --- one fit loop, one step interface ----------------------------------------------------------
+# The loop's counters: written by the fit loop only (train/loop.py). Elsewhere they are read, or
+# given their first value in a constructor. (The hooked session of a custom trainer counts each
+# of its runs, as tensorpack's did; a worker reads the restored step after loading weights.)
+LOOP_COUNTERS = {"local_step", "last_step_outputs", "last_call_steps", "epoch_num", "loop_completed",
+                 "steps_per_epoch", "starting_epoch", "max_epoch"}
+COUNTER_WRITERS = {"kerastrainer.train.loop"}
+
+
+def _counter_writes():
+    found = []
+    for module, (path, _) in _module_files().items():
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name == "__init__":
+                continue
+            for node in ast.walk(fn):
+                targets = node.targets if isinstance(node, ast.Assign) else \
+                    [node.target] if isinstance(node, (ast.AugAssign, ast.For)) else []
+                for t in targets:
+                    if isinstance(t, ast.Attribute) and t.attr in LOOP_COUNTERS:
+                        found.append((module, fn.name, t.attr, node.lineno))
+    return found
+
+
+def test_only_the_fit_loop_writes_the_loop_counters():
+    writes = _counter_writes()
+    assert any(m in COUNTER_WRITERS for m, *_ in writes), "the check reads nothing"
+    others = [w for w in writes if w[0] not in COUNTER_WRITERS]
+    assert not others, f"loop counters written outside the fit loop: {others}"
+
+
+def test_the_step_runners_share_one_interface():
+    from kerastrainer.train.step_runner import FunctionStepRunner, NoOpStepRunner, StepRunner
+    from kerastrainer.train.tf1_graph_runner import RunStepRunner, TrainOpRunner
+
+    for cls in (FunctionStepRunner, NoOpStepRunner, TrainOpRunner, RunStepRunner):
+        assert issubclass(cls, StepRunner), cls
+    # every trainer gets its runner from one hook; no trainer overrides the loop's call
+    from kerastrainer.train import base, multiworker, horovod, tower_trainer, trainers  # noqa: F401
+    from kerastrainer.train.base import Trainer
+
+    def subclasses(c):
+        for s in c.__subclasses__():
+            yield s
+            yield from subclasses(s)
+    for cls in subclasses(Trainer):
+        if not cls.__module__.startswith(PKG):
+            continue
+        for name in ("run_step_call", "_run_main_loop"):
+            assert name not in cls.__dict__, f"{cls.__name__}.{name}: the fit loop's, not a trainer's"
+
+
+def test_the_xla_policy_and_the_step_builder_never_see_the_trainer():
+    import inspect
+
+    from kerastrainer.train.train_function import StepSpec, build_train_function
+    from kerastrainer.train.xla import XlaPolicy
+
+    for name, fn in inspect.getmembers(XlaPolicy, inspect.isfunction):
+        assert "trainer" not in inspect.signature(fn).parameters, f"XlaPolicy.{name} takes the trainer"
+    assert list(inspect.signature(build_train_function).parameters) == ["spec"]
+    assert "trainer" not in {f.name for f in __import__("dataclasses").fields(StepSpec)}
+
+
+# --- callbacks see one trainer type ------------------------------------------------------------
+# What the built-in callbacks read on their trainer: the names TrainerView declares, read
+# directly (the view's defaults stand for what a trainer lacks). One name is optional and probed:
+# a trainer that cannot name its variables has a plain checkpoint, which ModelSaver writes as is.
+OPTIONAL_TRAINER_NAMES = {"named_variables"}
+CALLBACK_MODULES = ("kerastrainer/callbacks", "kerastrainer/lms/as_trainer_callback.py")
+
+
+def _trainer_reads():
+    """(file, name, probed) for every read of the trainer in the callback modules: ``self.trainer.X``,
+    ``trainer.X`` / ``tr.X`` (the callbacks' local names for it), ``getattr(<trainer>, 'X', ...)``."""
+    def is_trainer(node):
+        return (isinstance(node, ast.Attribute) and node.attr == "trainer"
+                and isinstance(node.value, ast.Name) and node.value.id == "self") or \
+            (isinstance(node, ast.Name) and node.id in ("trainer", "tr"))
+
+    paths = []
+    for entry in CALLBACK_MODULES:
+        full = os.path.join(REPO, entry)
+        if full.endswith(".py"):
+            paths.append(full)
+        else:
+            paths += [os.path.join(full, f) for f in sorted(os.listdir(full)) if f.endswith(".py")]
+    reads = []
+    for path in paths:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        name = os.path.relpath(path, REPO)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and is_trainer(node.value):
+                reads.append((name, node.attr, False))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("getattr", "hasattr") and len(node.args) >= 2 and is_trainer(node.args[0]) \
+                    and isinstance(node.args[1], ast.Constant):
+                reads.append((name, node.args[1].value, True))
+    return reads
+
+
+def test_callbacks_read_only_the_trainer_view():
+    from kerastrainer.callbacks.trainer_view import TrainerView
+    from kerastrainer.train.base import Trainer
+
+    declared = {n for n in dir(TrainerView) if not n.startswith("_")}
+    reads = _trainer_reads()
+    assert len(reads) > 30, "the check reads nothing"
+    outside = sorted({(f, n) for f, n, _ in reads if n not in declared | OPTIONAL_TRAINER_NAMES})
+    assert not outside, f"callbacks read trainer attributes TrainerView does not declare: {outside}"
+    probes = sorted({(f, n) for f, n, probed in reads if probed and n not in OPTIONAL_TRAINER_NAMES})
+    assert not probes, f"callbacks probe the trainer with getattr/hasattr: {probes}"
+    assert issubclass(Trainer, TrainerView)

@@ -8,6 +8,7 @@ import pytest
 
 from kerastrainer.callbacks import (Callback, JSONWriter, Monitors, MovingAverageSummary, ScalarPrinter,
                                     TFEventWriter, TrainingMonitor)
+from kerastrainer.callbacks.trainer_view import TrainerView
 from kerastrainer.callbacks import fileio
 from kerastrainer.utils import logger
 
@@ -24,7 +25,7 @@ class PutEachEpoch(Callback):
         m.put_image("sample", np.full((4, 5, 3), 0.5, np.float32))
 
 
-class Stub:
+class Stub(TrainerView):
     """Just the trainer attributes monitors read."""
     global_step, epoch_num, is_chief = 7, 1, True
 

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from kerastrainer.callbacks.trainer_view import TrainerView
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "tensorpack_examples")
@@ -100,7 +101,7 @@ class _Monitors:
         self.scalars[name] = value
 
 
-class _Trainer:
+class _Trainer(TrainerView):
     def __init__(self):
         self.monitors = _Monitors()
 

@@ -13,6 +13,7 @@ from kerastrainer.dataflow.imgaug import CropTransform, FlipTransform, ResizeTra
 from kerastrainer.dataflow.parallel import MultiProcessRunner, MultiProcessRunnerZMQ, MultiThreadRunner
 from kerastrainer.dataflow.parallel_map import MultiProcessMapDataZMQ, MultiThreadMapData
 from kerastrainer.utils.casting import whole_number
+from kerastrainer.callbacks.trainer_view import TrainerView
 
 NOT_WHOLE = [(2.7, ValueError), ("3", TypeError), (True, TypeError), (float("nan"), ValueError)]
 
@@ -139,7 +140,7 @@ def test_numpy_int_shape_is_accepted():
 
 
 # --- 2. TFEventWriter dropped images past 8 -----------------------------------------------------
-class _Stub:
+class _Stub(TrainerView):
     global_step, epoch_num, is_chief = 7, 1, True
 
 

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+from kerastrainer.callbacks.trainer_view import TrainerView
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIST = os.path.join(REPO, "tests", "tensorpack_api.json")
@@ -192,7 +193,7 @@ class _Monitors:
         return self.latest[name]
 
 
-class _Trainer:
+class _Trainer(TrainerView):
     def __init__(self, variables=None):
         import tensorflow as tf
         self._vars = variables or {"fc/W": tf.Variable(np.ones((2, 2), np.float32))}

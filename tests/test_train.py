@@ -61,7 +61,7 @@ def test_update_matches_reference_sgd_step():
         v.assign(before[k])
     trainer2.input = FeedInput(data)
     trainer2.input.setup(model2.get_input_signature())
-    trainer2._train_fn = trainer2._make_train_function()
+    trainer2.step_runner = trainer2._make_step_runner()
     trainer2.steps_per_epoch = 1
     trainer2.run_step_call(1)
     for k, v in weights_of(trainer2).items():

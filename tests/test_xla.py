@@ -40,7 +40,7 @@ def _assert_same_training(make_trainer, rtol=1e-4, atol=1e-5, region="step", **k
     xla = _train(make_trainer, True, **kw)
     assert (plain.use_xla, xla.use_xla) == (False, True)
     assert xla.xla_region == region
-    assert xla._train_fn.experimental_get_tracing_count() == 1
+    assert xla.step_runner.function.experimental_get_tracing_count() == 1
     a, b = weights_of(plain), weights_of(xla)
     assert a.keys() == b.keys()
     for k in a:
@@ -170,7 +170,7 @@ def test_keras_model_compile_jit_compile_overrides_the_trainer(towers):
         km.fit(batch_size=32, max_epoch=2, shuffle=False, extra_callbacks=[], monitors=[])
         assert km.trainer.use_xla is jit
         assert km.trainer.xla_region == (None if not jit else "step" if towers == 1 else "forward_backward")
-        assert km.trainer._train_fn.experimental_get_tracing_count() == 1
+        assert km.trainer.step_runner.function.experimental_get_tracing_count() == 1
         runs[jit] = [np.array(v) for v in model.get_weights()]
     for a, b in zip(runs[False], runs[True]):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)

@@ -26,7 +26,6 @@ Subclasses override the underscore methods. Example::
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Optional
 
 __all__ = ["Callback", "ProxyCallback", "CallbackFactory", "StopTraining"]
@@ -52,9 +51,8 @@ class Callback:
     # --- the protocol, called by the trainer ---------------------------------------------
     def setup_graph(self, trainer) -> None:
         self.trainer = trainer
-        # a trainer may say where set-up runs (a custom trainer's TF1 graph, for the program's callbacks)
-        scope = getattr(trainer, "callback_setup_scope", None)
-        with scope(self) if scope is not None else nullcontext():
+        # the trainer says where set-up runs (a custom trainer's TF1 graph, for the program's callbacks)
+        with trainer.callback_setup_scope(self):
             self._setup_graph()
 
     def before_train(self) -> None:

@@ -39,7 +39,7 @@ def _plain_name(name: str) -> str:
 def read_named_values(trainer, names: Sequence[str], who: str) -> List[np.ndarray]:
     """Values of ``names``: model variables, or outputs of the last training step."""
     variables = trainer.named_variables() if hasattr(trainer, "named_variables") else {}
-    outputs = getattr(trainer, "last_step_outputs", {}) or {}
+    outputs = trainer.last_step_outputs
     out = []
     for n in names:
         key = _plain_name(n)

@@ -97,7 +97,7 @@ class InferenceRunner(Callback):
         self._reset_done = False
 
     def _setup_graph(self):
-        signature = getattr(self.trainer, "input_signature", None)
+        signature = self.trainer.input_signature
         if not signature:
             raise ValueError("InferenceRunner: the trainer has no input_signature (ModelDesc.inputs()) "
                              "to feed the predictor with.")

@@ -150,11 +150,11 @@ class Monitors(Callback):
         tr = self.trainer
         if tr is None:
             return 0, 0
-        return int(getattr(tr, "global_step", 0)), int(getattr(tr, "epoch_num", 0))
+        return int(tr.global_step), int(tr.epoch_num)
 
     # --- the callback hooks, forwarded to the members ---------------------------------------
     def _setup_graph(self):
-        is_chief = getattr(self.trainer, "is_chief", True)
+        is_chief = self.trainer.is_chief
         self._monitors = [m for m in self._all_monitors if is_chief or not m.chief_only]
         for m in self._monitors:
             m.setup_graph(self.trainer)
@@ -184,11 +184,11 @@ class Monitors(Callback):
         """The optimizer's learning rate, each epoch, unless a HyperParamSetter already put it;
         with several optimizers (Objectives) each one's, as ``<objective>/learning_rate``."""
         epoch = self._step_and_epoch()[1]
-        named = getattr(self.trainer, "named_optimizers", None)
+        named = self.trainer.named_optimizers
         if named:
             stats = [(f"{n}/", o) for n, o in named.items()]
         else:
-            stats = [("", getattr(self.trainer, "optimizer", None))]
+            stats = [("", self.trainer.optimizer)]
         for prefix, opt in stats:
             if any(prefix + name in self._latest and self._history_epochs[prefix + name][-1] == epoch
                    for name in _LR_NAMES):

@@ -84,11 +84,7 @@ class GraphVarParam(HyperParam):
         self.var = None
 
     def setup_graph(self, trainer) -> None:
-        getter = getattr(trainer, "get_hyperparam_var", None)
-        if getter is None:
-            raise TypeError(f"GraphVarParam('{self.name}'): the trainer ({type(trainer).__name__}) has no "
-                            "get_hyperparam_var(name) method.")
-        var = getter(self.name)
+        var = trainer.get_hyperparam_var(self.name)
         if var is None or not hasattr(var, "assign"):
             raise ValueError(f"GraphVarParam('{self.name}'): trainer.get_hyperparam_var returned {var!r}, "
                              "not a variable with .assign().")
@@ -207,7 +203,7 @@ class HyperParamSetter(Callback):
         super().trigger_epoch()
 
     def _record(self) -> None:
-        monitors = getattr(self.trainer, "monitors", None)
+        monitors = self.trainer.monitors
         if monitors is None:
             return
         try:
@@ -306,7 +302,7 @@ class ScheduledHyperParamSetter(HyperParamSetter):
             return int(self.trainer.global_step)
         if before_train:
             # the epochs already done: independent of how the trainer numbers epoch_num before training
-            return int(getattr(self.trainer, "starting_epoch", 1)) - 1
+            return int(self.trainer.starting_epoch) - 1
         return int(self.trainer.epoch_num)
 
     def _interp(self, p: int) -> Optional[float]:
@@ -416,7 +412,7 @@ class HyperParamSetterWithFunc(HyperParamSetter):
         return self.f(int(self.trainer.epoch_num), self.get_current_value())
 
     def _value_for_before_train(self):
-        return self.f(int(getattr(self.trainer, "starting_epoch", 1)) - 1, self.get_current_value())
+        return self.f(int(self.trainer.starting_epoch) - 1, self.get_current_value())
 
 
 class StatMonitorParamSetter(HyperParamSetter):

@@ -78,7 +78,7 @@ class ProgressBar(Callback):
         bar = self._bar
         if bar is None:
             return
-        outputs = getattr(self.trainer, "last_step_outputs", None) or {}
+        outputs = self.trainer.last_step_outputs
         post = {}
         for n in self._names:
             if n in outputs:
@@ -89,7 +89,7 @@ class ProgressBar(Callback):
                             n, ", ".join(sorted(k for k in outputs if not k.startswith("_"))))
         if post:
             bar.set_postfix(post, refresh=False)
-        k = int(getattr(self.trainer, "last_call_steps", 1) or 1)
+        k = max(int(self.trainer.last_call_steps), 1)
         bar.update(min(k, max(bar.total - bar.n, 0)))
 
     def _close(self):
@@ -195,10 +195,10 @@ class ThroughputTracker(Callback):
             self.trainer.monitors.put_scalar("throughput/samples_per_sec", steps_per_sec * samples)
 
     def _default_samples_per_step(self) -> Optional[int]:
-        batch = getattr(getattr(self.trainer, "input", None), "batch_size", None)
+        batch = getattr(self.trainer.input, "batch_size", None)
         if not batch:
             return None
-        return int(batch) * int(getattr(self.trainer, "num_replicas", 1) or 1)
+        return int(batch) * max(int(self.trainer.num_replicas), 1)
 
 
 class GPUUtilizationTracker(Callback):

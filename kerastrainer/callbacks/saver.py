@@ -108,8 +108,8 @@ class ModelSaver(Callback):
     Checkpoints go to ``<checkpoint_dir>/checkpoint-<global_step>``; see the module
     docstring for the layout and why a crash never leaves a broken latest checkpoint.
     Before each save the trainer's counters are copied into the checkpoint:
-    ``trainer.sync_counters()`` when the trainer has it, else ``checkpoint.global_step``
-    and ``checkpoint.epoch`` (the number of *completed* epochs) are assigned here.
+    ``trainer.sync_counters()`` (the checkpoint's ``global_step``, and ``epoch``: the number
+    of *completed* epochs).
     At the end of training it saves once more unless the last step is saved already
     or the last call's cost was not finite.
 
@@ -154,7 +154,7 @@ class ModelSaver(Callback):
 
     # --- set-up ---------------------------------------------------------------------------------
     def _setup_graph(self):
-        if getattr(self.trainer, "checkpoint", None) is None:
+        if self.trainer.checkpoint is None:
             raise ValueError("ModelSaver: the trainer has no `checkpoint` (a tf.train.Checkpoint) to save.")
         if not self._is_writer():
             return  # non-chief workers keep nothing (and often have no log directory)
@@ -166,7 +166,7 @@ class ModelSaver(Callback):
         os.makedirs(self.checkpoint_dir, exist_ok=True)
 
     def _is_writer(self) -> bool:
-        return bool(getattr(self.trainer, "is_chief", True))
+        return bool(self.trainer.is_chief)
 
     def _before_train(self):
         self._start_step = int(self.global_step)
@@ -189,19 +189,7 @@ class ModelSaver(Callback):
 
     # --- saving ---------------------------------------------------------------------------------
     def _sync_counters(self) -> None:
-        tr = self.trainer
-        sync = getattr(tr, "sync_counters", None)
-        if callable(sync):
-            sync()
-            return
-        ckpt = tr.checkpoint
-        gs = int(tr.global_step)
-        done_epochs = int(tr.epoch_num) if int(tr.local_step) >= int(tr.steps_per_epoch) \
-            else int(tr.epoch_num) - 1
-        for attr, val in (("global_step", gs), ("epoch", done_epochs)):
-            var = getattr(ckpt, attr, None)
-            if var is not None and hasattr(var, "assign"):
-                var.assign(val)
+        self.trainer.sync_counters()
 
     def _write(self, prefix: str) -> None:
         """Write the checkpoint files at ``prefix`` (a separate method so tests can break it).
@@ -224,7 +212,7 @@ class ModelSaver(Callback):
 
     def _save_as_non_chief(self) -> None:
         import tensorflow as tf
-        strategy = getattr(self.trainer, "strategy", None)
+        strategy = self.trainer.strategy
         if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return
         tmp = tempfile.mkdtemp(prefix="kerastrainer-worker-ckpt-")
@@ -242,7 +230,7 @@ class ModelSaver(Callback):
         self._sync_counters()
         gs = int(self.global_step)
         if not _last_call_finite(self.trainer):
-            bad = int((getattr(self.trainer, "last_step_outputs", None) or {}).get("_nonfinite_step", -1))
+            bad = int(self.trainer.last_step_outputs.get("_nonfinite_step", -1))
             raise NonFiniteWeightsError(
                 f"ModelSaver: not saving at global step {gs}: the cost was NaN or Inf"
                 + (f" at step {bad}" if bad >= 0 else "") + "; the latest checkpoint stays "
@@ -337,7 +325,7 @@ class ModelSaver(Callback):
 
 def _last_call_finite(trainer) -> bool:
     import math
-    outputs = getattr(trainer, "last_step_outputs", None) or {}
+    outputs = trainer.last_step_outputs
     if int(outputs.get("_nonfinite_step", -1)) >= 0:
         return False
     cost = outputs.get("cost")

@@ -68,8 +68,8 @@ class MovingAverageSummary(Callback):
         return dict(self._ema)
 
     def _trigger_step(self):
-        outputs = getattr(self.trainer, "last_step_outputs", None) or {}
-        k = max(int(getattr(self.trainer, "last_call_steps", 1) or 1), 1)
+        outputs = self.trainer.last_step_outputs
+        k = max(int(self.trainer.last_call_steps), 1)
         keep = self.decay ** k
         monitors = self.trainer.monitors
         for name, value in outputs.items():
@@ -116,7 +116,7 @@ class TerminateOnNonFinite(Callback):
     _runs_first = True  # before a ModelSaver triggered at the same step
 
     def _trigger_step(self):
-        outputs = getattr(self.trainer, "last_step_outputs", None) or {}
+        outputs = self.trainer.last_step_outputs
         bad = outputs.get("_nonfinite_step")
         if bad is not None:
             bad = int(bad)
@@ -137,7 +137,7 @@ class TerminateOnNonFinite(Callback):
             return
         cost = outputs.get("cost")
         if cost is not None and not math.isfinite(float(cost)):
-            k = max(int(getattr(self.trainer, "last_call_steps", 1) or 1), 1)
+            k = max(int(self.trainer.last_call_steps), 1)
             first = self.global_step - k + 1
             where = f"global step {first}" if k == 1 else f"global steps {first}-{self.global_step}"
             raise NonFiniteLossError(

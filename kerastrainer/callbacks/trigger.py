@@ -41,7 +41,7 @@ def _steps_to_multiple(global_step: int, k: int) -> int:
 def _crossed_multiple(trainer, k: int) -> bool:
     """Whether the last train call ended on or passed a multiple of k steps."""
     gs = int(trainer.global_step)
-    done = int(getattr(trainer, "last_call_steps", 1) or 1)
+    done = max(int(trainer.last_call_steps), 1)
     return gs // k > max(gs - done, 0) // k
 
 

@@ -32,16 +32,15 @@ class AsTrainerCallback(Callback):
     _chief_only = False  # every worker traces its own towers
 
     def _setup_graph(self):
-        fn = getattr(self.trainer, "_train_fn", None)
-        traced = getattr(fn, "experimental_get_tracing_count", lambda: 0)()
-        if traced:
+        runner = self.trainer.step_runner
+        if runner is not None and runner.traced:
             raise RuntimeError("LMS was set up after the train function was traced; it cannot change "
                                "it any more. Give LMS in TrainConfig(callbacks=[...]) (or call "
                                "lms.apply(model) before training).")
-        self.note_data_batch(first_batch_size(getattr(self.trainer, "input", None)))
-        disable_xla = getattr(self.trainer, "disable_xla", None)
-        if disable_xla is not None:  # one XLA cluster would ignore the host copies and fuse away the recompute
-            disable_xla("LMS swaps activations to the host and recomputes them, which an XLA-compiled step undoes")
+        self.note_data_batch(first_batch_size(self.trainer.input))
+        # one XLA cluster would ignore the host copies and fuse away the recompute
+        self.trainer.disable_xla("LMS swaps activations to the host and recomputes them, which an "
+                                 "XLA-compiled step undoes")
         self.apply(self.trainer.model)
 
     def _trigger_step(self):

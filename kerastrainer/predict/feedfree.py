@@ -7,6 +7,7 @@ from typing import List
 import numpy as np
 import tensorflow as tf
 
+from ..callbacks.trainer_view import TrainerView
 from ..input_source.base import InputSource
 from .base import OfflinePredictor
 from .config import PredictConfig
@@ -14,7 +15,7 @@ from .config import PredictConfig
 __all__ = ["FeedfreePredictor"]
 
 
-class _SourceHost:
+class _SourceHost(TrainerView):
     """The little of a trainer that an InputSource's start/stop callbacks use."""
 
     def __init__(self):

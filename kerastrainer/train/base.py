@@ -6,13 +6,15 @@ steps in a ``tf.range`` loop, each step pulling its batch in-graph from the
 InputSource, in every replica. Python runs only between calls: counters and
 callbacks.
 
-What this module owns: the set-up (strategy, variables, optimizer, checkpoint), the main loop
-(epochs, calls, counters, callbacks), and the hooks subclasses override (the strategy,
-:meth:`Trainer._make_strategy`; a reduction of gradients, :meth:`Trainer._reduce_gradients`).
-What it leaves to others, one concern each:
+What this module owns: the set-up (strategy, variables, optimizer, checkpoint, the step
+runner), and the hooks subclasses override (the strategy, :meth:`Trainer._make_strategy`; a
+reduction of gradients, :meth:`Trainer._reduce_gradients`; the step runner,
+:meth:`Trainer._make_step_runner`). What it leaves to others, one concern each:
 
+- ``loop.py``: the fit loop (epochs, calls, counters, callbacks' hooks, stop signals, input close);
+- ``step_runner.py``: running ``k`` steps (the ``tf.function`` step, the no-op);
 - ``train_function.py``: what a step computes (cost, gradients, update, statistics, NaN check);
-- ``xla.py``: whether and where XLA compiles the step, and the first call's checks;
+- ``xla.py``: whether and where XLA compiles the step;
 - ``steps_per_call.py``: how many steps the next call runs;
 - ``stop_signals.py``: Ctrl-C, SIGTERM and stalled input, watched from a helper thread;
 - ``config.py``: checking what the user asked for.
@@ -20,8 +22,6 @@ What it leaves to others, one concern each:
 from __future__ import annotations
 
 import math
-import signal
-import time
 from typing import Dict, List, Optional, Sequence, Union
 
 import keras
@@ -29,18 +29,20 @@ import numpy as np
 import tensorflow as tf
 
 from ..callbacks.base import Callback, StopTraining
+from ..callbacks.trainer_view import TrainerView
 from ..callbacks.defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 from ..tfutils.extensions import learning_rate_variable
 from ..tfutils.global_step import global_step_of, set_current_global_step
-from ..input_source.base import InputSource, InputSourceError
+from ..input_source.base import InputSource
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
-from ..tfutils.tower_func import scalar_cost_error
 from ..utils import logger
+from .loop import FitLoop
+from .objectives import resolve_objectives
+from .step_runner import FunctionStepRunner, StepRunner
 from .steps_per_call import StepsPerCall
 from .stop_signals import StopSignals, TrainingTerminated, stop_signal_scope
-from .objectives import resolve_objectives
-from .train_function import build_train_function
-from .xla import XlaPolicy, xla_unsupported_ops  # noqa: F401 (xla_unsupported_ops: its old path)
+from .train_function import StepSpec
+from .xla import XlaPolicy, replica_devices, xla_unsupported_ops  # noqa: F401 (xla_unsupported_ops: its old path)
 
 __all__ = ["Trainer", "StopTraining", "TrainingTerminated"]
 
@@ -49,8 +51,8 @@ _PRECISIONS = {None: None, "fp32": None, "float32": None, "bf16": "mixed_bfloat1
                "mixed_bfloat16": "mixed_bfloat16", "fp16": "mixed_float16", "mixed_float16": "mixed_float16"}
 
 
-class Trainer:
-    """Base class of trainers.
+class Trainer(TrainerView):
+    """Base class of trainers (each is the :class:`TrainerView` its callbacks see).
 
     Args:
         steps_per_call: steps run by one call of the train function. ``'auto'`` (the
@@ -91,9 +93,8 @@ class Trainer:
             raise ValueError(f"precision must be one of {sorted(k for k in _PRECISIONS if k)}; got {precision!r}")
         self.precision = _PRECISIONS[precision]
         self.xla = XlaPolicy(jit_compile)   # jit_compile: asked; use_xla / xla_region: what this run does
-        # the first call: seconds tracing the train function, then running it (XLA compile included)
-        self.trace_seconds: Optional[float] = None
-        self.first_call_seconds: Optional[float] = None
+        self.step_runner: Optional[StepRunner] = None   # made once the model is set up
+        self.loop = FitLoop(self)
         self.average = bool(average)
         self.epoch_num = 0
         self.global_step = 0
@@ -108,7 +109,6 @@ class Trainer:
         self.model = None
         self.input = None
         self._callbacks = None
-        self._steps_tensors: Dict[int, tf.Tensor] = {}
         self._call_started: Optional[float] = None
         self._stop: Optional[StopSignals] = None   # Ctrl-C / SIGTERM handling of the running loop
 
@@ -120,8 +120,8 @@ class Trainer:
         """Hook for trainers that reduce gradients themselves (Horovod); identity by default."""
         return grads
 
-    # (read by the XLA policy: an update without a reduction of its own may join the XLA cluster)
-    _reduce_gradients.identity = True
+    def _own_gradient_reduction(self) -> bool:
+        return type(self)._reduce_gradients is not Trainer._reduce_gradients
 
     @property
     def num_replicas(self) -> int:
@@ -170,18 +170,26 @@ class Trainer:
         more = {f"optimizer_{o.name}": o.optimizer for o in self.objectives[1:]}
         self.checkpoint = tf.train.Checkpoint(model=self.model_variables, optimizer=self.optimizer,
                                               global_step=self.global_step_var, epoch=self.epoch_var, **more)
-        self.xla.resolve(self)
-        self._train_fn = self._make_train_function()
-        if self.outputs_are_latest:
-            # its optimizers merge the replicas' gradients inside the step, where XLA cannot go
-            self.xla.disable(self, "the model updates its variables itself (its own train step)")
+        self.step_runner = self._make_step_runner()
         logger.info("Model built: %d trainable variables, %s parameters, %d replica(s).",
                     len(self.trainable_variables),
                     f"{sum(int(np.prod(v.shape)) for v in self.trainable_variables):,}", self.num_replicas)
 
-    def _make_train_function(self):
-        fn, self._output_names = build_train_function(self)
-        return fn
+    def _make_step_runner(self) -> StepRunner:
+        """The standard step: the ``tf.function`` of ``train_function.py``, XLA as the policy decides."""
+        devices = replica_devices(self.strategy)
+        self.xla.resolve(devices, auto_on_cpu=self.auto_xla_on_cpu)
+        one_device = self.num_replicas == 1 and (self.strategy is tf.distribute.get_strategy()
+                                                 or isinstance(self.strategy, tf.distribute.OneDeviceStrategy))
+        self.xla.choose_region(one_device=one_device, own_reduce=self._own_gradient_reduction())
+        if self.outputs_are_latest:
+            # its optimizers merge the replicas' gradients inside the step, where XLA cannot go
+            self.xla.disable("the model updates its variables itself (its own train step)")
+        spec = StepSpec(strategy=self.strategy, num_replicas=self.num_replicas, objectives=self.objectives,
+                        tower=self.tower_func, source=self.input, average=self.average,
+                        global_step=self.global_step_var,
+                        reduce_gradients=self._reduce_gradients if self._own_gradient_reduction() else None)
+        return FunctionStepRunner(spec, self.xla)
 
     # --- XLA: the policy object decides; these are its public faces --------------------------
     @property
@@ -203,12 +211,20 @@ class Trainer:
     def disable_xla(self, reason: str) -> None:
         """Train without XLA: for a callback whose graph changes XLA would undo (LMS), called
         in its ``setup_graph``, before the first step. ``jit_compile=True`` keeps XLA, with a warning."""
-        self.xla.disable(self, reason)
+        if self.step_runner is not None:
+            self.step_runner.disable_xla(reason)
+        else:
+            self.xla.disable(reason)
 
-    def _call_train_fn(self, k: int, feeds: list):
-        if self.steps.calls > 0:
-            return self._train_fn(self._steps_tensor(k), *feeds)
-        return self.xla.first_call(self, self._steps_tensor(k), feeds)   # trace, check XLA, compile, run
+    @property
+    def trace_seconds(self) -> Optional[float]:
+        """The first call: seconds tracing the train function (None before it, or for a graph step)."""
+        return getattr(self.step_runner, "trace_seconds", None)
+
+    @property
+    def first_call_seconds(self) -> Optional[float]:
+        """The first call: seconds running it, XLA's compile included."""
+        return getattr(self.step_runner, "first_call_seconds", None)
 
     def _named_trainable(self) -> Dict[str, tf.Variable]:
         ids = {id(v) for v in self.trainable_variables}
@@ -279,6 +295,9 @@ class Trainer:
         return self._callbacks.steps_to_next_trigger() if self._callbacks is not None else None
 
     def _choose_steps(self) -> int:
+        fixed = self.step_runner.fixed_steps_per_call if self.step_runner is not None else None
+        if fixed:
+            return fixed
         return self.steps.choose(self.steps_per_epoch - self.local_step, self._callbacks_max_steps(),
                                  self.input.requires_feed)
 
@@ -286,76 +305,10 @@ class Trainer:
     def steps_per_call(self) -> Union[str, int]:
         return self.steps.steps_per_call
 
-    def _steps_tensor(self, k: int) -> tf.Tensor:
-        t = self._steps_tensors.get(k)
-        if t is None:
-            t = self._steps_tensors[k] = tf.constant(k, tf.int32)
-        return t
-
     def run_step_call(self, k: int) -> Dict[str, float]:
-        """Run ``k`` training steps in one call; update counters and ``last_step_outputs``."""
-        if self._stop_requested():   # a stop whose exception was lost between calls
-            raise self._stop.exception()
-        feeds = self.input.next_feed() if self.input.requires_feed else []
-        t0 = time.perf_counter()
-        self._call_started = time.monotonic()
-        try:
-            packed, hists = self._call_train_fn(k, feeds)
-            values = packed.numpy().tolist()
-            outs = dict(zip(self._output_names, values))
-            first_bad, first_bad_grads = int(values[-1]), int(values[-2])
-        except tf.errors.InvalidArgumentError as e:
-            clear = scalar_cost_error(e)
-            if clear is None:
-                raise
-            raise clear from None
-        except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as e:
-            self._raise_for_closed_input(e)
-        finally:
-            self._call_started = None
-        self.steps.update(k, time.perf_counter() - t0)
-        bad_step = self.global_step + first_bad if first_bad >= 0 else -1
-        self.global_step += k
-        self.local_step += k
-        self.last_call_steps = k
-        outs["_nonfinite_step"] = bad_step
-        outs["_nonfinite_grads_step"] = self.global_step - k + first_bad_grads if first_bad_grads >= 0 else -1
-        self.last_step_outputs = outs
-        if hists and self.local_step >= self.steps_per_epoch and self.monitors is not None:
-            for name, values in hists.items():
-                if values.shape[0]:
-                    arr = values.numpy()
-                    if arr.ndim == 4:  # tf.summary.image in the tower
-                        self.monitors.put_image(name, arr)
-                    else:
-                        self.monitors.put_histogram(name, arr)
-        if self._stop_requested():   # the call finished: its steps are counted, then training stops
-            raise self._stop.exception()
-        return outs
-
-    def _raise_for_closed_input(self, error: Exception) -> None:
-        """A call failed because its input was closed: a stop signal's doing (its steps are counted,
-        its exception raised), or the input's (its own error, else one that says so)."""
-        if self._stop_requested():
-            self._count_steps_done_in_graph()
-            raise self._stop.exception() from None
-        self.input.raise_pending_error()
-        raise InputSourceError(f"The input of training ({type(self.input).__name__}) was closed while a step "
-                               "waited for data.") from error
-
-    def _stop_requested(self) -> bool:
-        return self._stop is not None and self._stop.requested
-
-    def _count_steps_done_in_graph(self) -> None:
-        """After a call cut short: count the steps it ran (the in-graph step counter has them),
-        so that the end-of-training save is labelled with the step its weights are at."""
-        try:
-            done = int(self.global_step_var.numpy()) - self.global_step
-        except Exception:   # noqa: BLE001 (a broken runtime: keep the Python counters)
-            return
-        if done > 0:
-            self.global_step += done
-            self.local_step += done
+        """Run ``k`` training steps in one call (the fit loop's); the counters and
+        ``last_step_outputs`` are updated."""
+        return self.loop.run_call(k)
 
     def setup_callbacks(self, callbacks: Sequence[Callback], monitors: Sequence[Callback]) -> None:
         from ..callbacks.group import Callbacks
@@ -376,62 +329,9 @@ class Trainer:
         self.global_step = int(self.global_step_var.numpy())
 
     def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
-        self.steps_per_epoch = int(steps_per_epoch)
-        self.starting_epoch = int(starting_epoch)
-        self.max_epoch = int(max_epoch)
-        self.epoch_num = self.starting_epoch - 1
-        cbs = self._callbacks
-        with stop_signal_scope(self) as stop:
-            terminated = self._run_main_loop(stop, cbs)
-        if terminated is not None:
-            logger.info("Exiting with status %d (SIGTERM). Run the same command again to resume "
-                        "(AutoResumeTrainConfig).", terminated.code)
-            raise terminated
-
-    def _run_main_loop(self, stop: StopSignals, cbs) -> Optional[TrainingTerminated]:
-        terminated: Optional[TrainingTerminated] = None
-        self.loop_completed = False   # for after_train: the loop ended (all epochs, or a callback's stop)
-        try:
-            stop.setting_up = False   # from here on, a Ctrl-C between calls is raised at once
-            cbs.before_train()
-            for self.epoch_num in range(self.starting_epoch, self.max_epoch + 1):
-                logger.info("Start Epoch %d ...", self.epoch_num)
-                self.local_step = 0
-                start = time.time()
-                cbs.before_epoch()
-                while self.local_step < self.steps_per_epoch:
-                    self.run_step_call(self._choose_steps())
-                    cbs.trigger_step()
-                cbs.after_epoch()
-                logger.info("Epoch %d (global_step %d) finished, time: %.2f sec.",
-                            self.epoch_num, self.global_step, time.time() - start)
-                cbs.trigger_epoch()
-            logger.info("Training has finished!")
-            self.loop_completed = True
-        except StopTraining as e:
-            logger.info("Training was stopped by a callback: %s", e or type(e).__name__)
-            self.loop_completed = True
-        except KeyboardInterrupt:
-            logger.info("Training interrupted (KeyboardInterrupt); cleaning up.")
-            raise
-        except TrainingTerminated as e:
-            terminated = e
-        except Exception as e:
-            if stop.signum != signal.SIGTERM:
-                raise
-            # a group-wide SIGTERM also ends the DataFlow's workers: part of the same stop
-            logger.info("While stopping on SIGTERM: %s: %s", type(e).__name__, e)
-            terminated = TrainingTerminated()
-            stop.raised = True
-        finally:
-            try:
-                if terminated is not None:
-                    logger.info("SIGTERM: training stopped at global step %d; ending it (callbacks save "
-                                "the last step).", self.global_step)
-                cbs.after_train()
-            finally:   # whatever interrupts the above (a second Ctrl-C): no thread or worker is left
-                self.input.close()
-        return terminated
+        """The epochs, run by the fit loop (``loop.py``); subclasses wrap it (a default session,
+        an agreement between workers)."""
+        self.loop.run_epochs(steps_per_epoch, starting_epoch, max_epoch)
 
     def train(self, callbacks: Sequence[Callback], monitors: Sequence[Callback],
               session_init: Optional[SessionInit], steps_per_epoch: int, starting_epoch: int,

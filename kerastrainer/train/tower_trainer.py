@@ -39,7 +39,6 @@ What cannot be honoured raises an error naming the TF2 way: XLA (``jit_compile=T
 from __future__ import annotations
 
 import functools
-import time
 from contextlib import contextmanager, nullcontext
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -54,7 +53,9 @@ from ..tfutils.layer_store import LayerStore, log_layer_shapes
 from ..tfutils.tower import TowerContext, TowerFunc, get_current_tower_context, record_tower_contexts
 from ..utils import logger
 from .base import Trainer
+from .step_runner import StepRunner
 from .tf1_graph import TF1Graph
+from .tf1_graph_runner import RunStepRunner, TrainOpRunner
 
 __all__ = ["TowerTrainer", "SingleCostTrainer"]
 
@@ -163,7 +164,6 @@ class TowerTrainer(Trainer):
         self._input_candidates: list = []
         self._registered: List[Callback] = []
         self._finalized = False
-        self._train_call = None
         self._run_outputs: List[dict] = []
         self.sess = _Session(self, hooked=False)
         self.hooked_sess = _Session(self, hooked=True)
@@ -322,6 +322,7 @@ class TowerTrainer(Trainer):
         if not self._has_own_run_step() and getattr(self, "train_op", None) is None:
             raise NotImplementedError(f"{type(self).__name__}: set `self.train_op` while building the graph, or "
                                       "implement `run_step()` (as in tensorpack).")
+        self.step_runner = self._make_step_runner()
         self._finalized = True
         logger.info("%s: graph built, %d trainable variables, %s parameters; %d tower(s); statistics: %s.",
                     type(self).__name__, len(self.trainable_variables),
@@ -437,41 +438,21 @@ class TowerTrainer(Trainer):
             raise NotImplementedError("Set `trainer.train_op` or implement `run_step()`.")
         self.hooked_sess.run(self.train_op)
 
-    def _choose_steps(self) -> int:
-        return 1 if self._has_own_run_step() else super()._choose_steps()
+    def _make_step_runner(self) -> StepRunner:
+        if self._has_own_run_step():
+            return RunStepRunner(self.run_step, self._take_hooked_runs, lambda: self.global_step)
+        return TrainOpRunner(self._tf1, self.train_op, self._update_ops, self._summaries, self._tensor_summaries,
+                             self.global_step_var)
+
+    def _take_hooked_runs(self) -> List[dict]:
+        runs, self._run_outputs = self._run_outputs, []
+        return runs
 
     def _step_fetch_lists(self):
         names = sorted(self._summaries)
         hist_names = sorted(self._tensor_summaries)
         return (names, [self._summaries[n] for n in names], hist_names,
                 [self._tensor_summaries[n] for n in hist_names])
-
-    def _make_train_call(self):
-        """``call(k)``: ``k`` runs of ``train_op`` (with the summaries and updates) in one tf.function."""
-        names, scalars, hist_names, hists = self._step_fetch_lists()
-        ops = [self.train_op] + self._update_ops
-        step = self._tf1.function(ops + scalars + hists)
-        n_ops, n_sc = len(ops), len(scalars)
-        global_step = self.global_step_var
-
-        def call(k):
-            acc = [tf.constant(0.0) for _ in names]
-            first_bad = tf.constant(-1, tf.int64)
-            # the last step's histograms and images, of any shape (as the standard train function)
-            hist = [tf.compat.v1.placeholder_with_default(tf.zeros([0]), shape=None) for _ in hist_names]
-            for i in tf.range(k):
-                outs = step()
-                global_step.assign_add(1)
-                values = [tf.cast(v, tf.float32) for v in outs[n_ops:n_ops + n_sc]]
-                acc = [a + v for a, v in zip(acc, values)]
-                if values:
-                    bad = tf.logical_not(tf.reduce_all(tf.math.is_finite(tf.stack(values))))
-                    first_bad = tf.where(tf.logical_and(first_bad < 0, bad), tf.cast(i, tf.int64), first_bad)
-                hist = [tf.cast(h, tf.float32) for h in outs[n_ops + n_sc:]]
-            kf = tf.cast(k, tf.float32)
-            return tf.stack([a / kf for a in acc] + [tf.cast(first_bad, tf.float32)]), hist
-
-        return tf.function(call), names, hist_names
 
     def _run_fetches(self, fetches, feed_dict: dict, hooked: bool):
         if not self._finalized:
@@ -492,63 +473,6 @@ class TowerTrainer(Trainer):
                                       "hists": dict(zip(hist_names, outs[n + len(scalars):]))})
         results = [None if o is None else o.numpy() for o in outs[:len(flat)]]
         return tf.nest.pack_sequence_as(fetches, results)
-
-    def run_step_call(self, k: int) -> Dict[str, float]:
-        if self._stop_requested():
-            raise self._stop.exception()
-        self._call_started = time.monotonic()
-        t0 = time.perf_counter()
-        try:
-            if self._has_own_run_step():
-                outs, hists = self._run_own_step()
-            else:
-                outs, hists = self._run_train_op(k)
-        except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as e:
-            self._raise_for_closed_input(e)
-        finally:
-            self._call_started = None
-        if not self._has_own_run_step():
-            self.steps.update(k, time.perf_counter() - t0)
-        self.local_step += k
-        self.last_call_steps = k
-        self.last_step_outputs = outs
-        if hists and self.local_step >= self.steps_per_epoch and self.monitors is not None:
-            for name, values in hists.items():
-                arr = values.numpy() if hasattr(values, "numpy") else np.asarray(values)
-                if arr.shape and arr.shape[0]:
-                    (self.monitors.put_image if arr.ndim == 4 else self.monitors.put_histogram)(name, arr)
-        if self._stop_requested():
-            raise self._stop.exception()
-        return outs
-
-    def _run_train_op(self, k: int):
-        if self._train_call is None:
-            self._train_call = self._make_train_call()
-        fn, names, hist_names = self._train_call
-        packed, hist = fn(self._steps_tensor(k))
-        values = packed.numpy().tolist()
-        first_bad = int(values[-1])
-        outs = dict(zip(names, values[:-1]))
-        outs["_nonfinite_step"] = self.global_step + first_bad if first_bad >= 0 else -1
-        outs["_nonfinite_grads_step"] = -1
-        self.global_step += k
-        return outs, dict(zip(hist_names, hist))
-
-    def _run_own_step(self):
-        self._run_outputs = []
-        self.run_step()
-        runs, self._run_outputs = self._run_outputs, []
-        outs: Dict[str, float] = {}
-        bad = -1
-        for name in {n for r in runs for n in r["scalars"]}:
-            values = [r["scalars"][name] for r in runs if name in r["scalars"]]
-            outs[name] = float(np.mean(values))
-        for r in runs:
-            if bad < 0 and not all(np.isfinite(v) for v in r["scalars"].values()):
-                bad = r["step"]
-        outs["_nonfinite_step"] = bad
-        outs["_nonfinite_grads_step"] = -1
-        return outs, (runs[-1]["hists"] if runs else {})
 
     def train_with_defaults(self, _sentinel=None, **kwargs) -> None:
         """tensorpack's ``train_with_defaults`` (keyword arguments only)."""

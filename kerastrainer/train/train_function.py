@@ -4,29 +4,33 @@ It owns what a step computes: the tower's cost on the replica's batch (pulled in
 the InputSource), the gradients (the loss scaled by ``1 / replicas`` when averaging, and by
 the loss-scale optimizer under fp16), the update, the statistics (moving summaries summed over
 the replicas: only the main tower records them; histograms of the main tower's last step), and
-the non-finite check (the first step of the call whose cost or gradients were NaN/Inf). It
-leaves to the trainer: the strategy, the variables and the optimizer (made in ``setup_graph``),
-the XLA region (``trainer.xla``), and running the function.
+the non-finite check (the first step of the call whose cost or gradients were NaN/Inf). It is
+a pure builder: everything it reads is in a :class:`StepSpec`. It leaves to the trainer the
+strategy, the variables and the optimizer (made in ``setup_graph``), to the XLA policy the
+region, and to the step runner (``step_runner.py``) running the function.
 
-Example (what ``Trainer`` does)::
+Example (what ``FunctionStepRunner`` does)::
 
-    fn, output_names = build_train_function(trainer)
-    packed, histograms = fn(tf.constant(k), *feeds)   # outputs... , first bad grads step, first bad step
+    fn, stats = build_train_function(spec)
+    packed, histograms = fn(tf.constant(k), *feeds)
+    result = stats.decode(packed, histograms, steps=k)     # a StepResult
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import math
-from typing import Dict, List, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import keras
 import tensorflow as tf
 
 from .._internals import with_keras_random_state
 from ..utils.devices import current_replica_index
+from .step_result import PackedStats
 
-__all__ = ["build_train_function", "NONFINITE_GRADS"]
+__all__ = ["build_train_function", "StepSpec", "NONFINITE_GRADS"]
 
 
 # a per-replica output of the step: 1.0 where a gradient holds NaN or Inf
@@ -47,13 +51,41 @@ class _DeferredUpdates(keras.StatelessScope):
         super().add_update(update)
 
 
-def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunction, List[str]]:
-    """The multi-step train function of ``trainer`` (set up) and the names of its outputs."""
-    strategy = trainer.strategy
-    num_replicas = trainer.num_replicas
-    objectives = trainer.objectives
-    tower = trainer.tower_func
-    source = trainer.input
+@dataclass(frozen=True)
+class StepSpec:
+    """Everything a train function is built from.
+
+    Attributes:
+        strategy: the replicas' ``tf.distribute`` strategy (variables made in its scope).
+        num_replicas: replicas of the sync group (Horovod: processes), for the loss scale.
+        objectives: the resolved objectives (``objectives.py``): optimizers and their variables.
+        tower: the tower function (``TowerFunction``), built.
+        source: the InputSource, set up.
+        average: average the replicas' gradients (scale each loss by ``1 / num_replicas``).
+        global_step: the step variable, advanced in-graph every step.
+        reduce_gradients: the trainer's own reduction of a replica's gradients (Horovod), or None.
+        xla_region: ``'step'``, ``'forward_backward'`` or None.
+    """
+
+    strategy: tf.distribute.Strategy
+    num_replicas: int
+    objectives: Sequence
+    tower: object
+    source: object
+    average: bool
+    global_step: tf.Variable
+    reduce_gradients: Optional[Callable[[List], List]] = None
+    xla_region: Optional[str] = None
+
+
+def build_train_function(spec: StepSpec) -> Tuple[tf.types.experimental.PolymorphicFunction, PackedStats]:
+    """The multi-step train function ``fn(k, *feeds) -> (packed, histograms)`` and its output layout."""
+    strategy = spec.strategy
+    num_replicas = spec.num_replicas
+    objectives = spec.objectives
+    tower = spec.tower
+    source = spec.source
+    reduce_gradients = spec.reduce_gradients or (lambda grads: grads)
     summary_names = list(tower.summary_names)
     # The trainer reports the returned cost as 'cost'. A moving summary the tower itself
     # names 'cost' (tensorpack programs often add_moving_summary the cost they return) is
@@ -63,14 +95,14 @@ def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunc
     cost_names = [None] if tower.cost_names is None else list(tower.cost_names)
     cost_keys = {c: ("_" if (c or "cost") in summary_names else "") + (c or "cost") for c in cost_names}
     histogram_names = list(tower.histogram_names)
-    scale = 1.0 / num_replicas if trainer.average else 1.0
+    scale = 1.0 / num_replicas if spec.average else 1.0
     # XLA region: never the input's dequeue (queue and iterator ops have no XLA kernel);
-    # the update too where it has no all-reduce (see _xla_region)
-    trainer.xla.region_for(trainer)
+    # the update too where it has no all-reduce (XlaPolicy.choose_region)
+    region = spec.xla_region
     # A strategy synchronises an update of a mirrored variable (BatchNorm statistics) with
     # a merge_call, which cannot run inside a nested function: with XLA on the tower only,
     # its Keras-variable updates are collected in the cluster and applied after it.
-    defer = trainer.xla_region == "forward_backward"
+    defer = region == "forward_backward"
 
     def make_pass(pass_objectives):
         """One forward pass of one replica's tower and the updates of ``pass_objectives`` from it."""
@@ -107,7 +139,7 @@ def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunc
 
         def update(grads_per_objective):
             for o, grads in zip(pass_objectives, grads_per_objective):
-                pairs = [(g, v) for g, v in zip(trainer._reduce_gradients(list(grads)), o.variables)
+                pairs = [(g, v) for g, v in zip(reduce_gradients(list(grads)), o.variables)
                          if g is not None]
                 if not pairs:
                     raise ValueError("No gradient flows from the cost to any trainable variable." if o.implicit
@@ -115,7 +147,7 @@ def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunc
                                           "of its variables.")
                 o.optimizer.apply_gradients(pairs)
 
-        if trainer.xla_region == "forward_backward":
+        if region == "forward_backward":
             forward_backward = tf.function(forward_backward, jit_compile=True)
 
         def run_pass(*inputs):
@@ -140,7 +172,7 @@ def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunc
                 extra(*inputs)
             return main_pass(*inputs)
 
-        if trainer.xla_region == "step":
+        if region == "step":
             whole_step = tf.function(whole_step, jit_compile=True)
 
         def replica_step(*feeds):
@@ -174,7 +206,8 @@ def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunc
     replica_steps = [make_whole_step(d) for d in due_sets]
     branch_of_residue = tf.constant([due_sets.index(d) for d in due_at], tf.int32)
 
-    global_step = trainer.global_step_var
+    global_step = spec.global_step
+    stats = PackedStats(acc_names)
 
     def train_calls(k, *feeds):
         acc = {n: tf.constant(0.0) for n in acc_names}
@@ -200,8 +233,6 @@ def build_train_function(trainer) -> Tuple[tf.types.experimental.PolymorphicFunc
                                        first_bad_grads)
         kf = tf.constant(1.0) if latest else tf.cast(k, tf.float32)
         # one vector, so the host fetches the call's outputs in one transfer
-        packed = tf.stack([acc[n] / kf for n in acc] + [tf.cast(first_bad_grads, tf.float32),
-                                                         tf.cast(first_bad, tf.float32)])
-        return packed, hist
+        return stats.encode([acc[n] / kf for n in acc_names], first_bad_grads, first_bad), hist
 
-    return tf.function(train_calls), acc_names
+    return tf.function(train_calls), stats

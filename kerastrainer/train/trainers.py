@@ -2,7 +2,7 @@
 ``NoOpTrainer``, whose steps compute nothing (tensorpack's path: ``tensorpack.train.trainers``)."""
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -14,6 +14,7 @@ from .base import Trainer
 from .horovod import HorovodTrainer  # noqa: F401 (tensorpack's path of it)
 from .interface import launch_train_with_config
 from .model_desc import ModelDesc
+from .step_runner import NoOpStepRunner, StepRunner
 
 __all__ = ["SimpleTrainer", "SyncMultiGPUTrainerReplicated", "SyncMultiGPUTrainerParameterServer",
            "SyncMultiGPUTrainer", "NoOpTrainer", "QueueInputTrainer", "HorovodTrainer",
@@ -223,16 +224,8 @@ class NoOpTrainer(SimpleTrainer):
             model = _FunctionModel(model, get_cost_fn, get_opt_fn)
         super().setup_graph(model, input_source)
 
-    def _choose_steps(self) -> int:
-        return 1
-
-    def run_step_call(self, k: int) -> Dict[str, float]:
-        self.global_step += k
-        self.local_step += k
-        self.global_step_var.assign_add(k)
-        self.last_call_steps = k
-        self.last_step_outputs = {"_nonfinite_step": -1}
-        return self.last_step_outputs
+    def _make_step_runner(self) -> StepRunner:
+        return NoOpStepRunner(self.global_step_var)
 
 
 def QueueInputTrainer(config, input_queue=None):  # noqa: N802 (tensorpack's name)

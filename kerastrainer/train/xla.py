@@ -3,29 +3,22 @@ what happens when XLA cannot compile it. One object, :class:`XlaPolicy`, owned b
 
 It owns: the decision (``jit_compile`` True / False / ``'auto'``: on where the replicas run on
 GPUs), the region (``'step'``: forward, backward and update in one cluster, for one replica
-without an all-reduce in the update; ``'forward_backward'`` otherwise), the first call of the
-train function (trace, look for ops without an XLA kernel before anything runs, compile,
-and fall back without XLA under ``'auto'`` or raise under ``True``), and the check that XLA
-saw kerastrainer's default flags. It leaves to the trainer: building the train function
-(``trainer._make_train_function()``, which reads ``trainer.xla_region``) and running it.
-
-Example (what ``Trainer`` does)::
-
-    trainer.xla = XlaPolicy(jit_compile='auto')
-    trainer.xla.resolve(trainer)                   # in setup_graph
-    out = trainer.xla.first_call(trainer, k, feeds)  # the first call of the train function
+without an all-reduce in the update; ``'forward_backward'`` otherwise), what a failure to
+compile means (fall back without XLA under ``'auto'``, raise under ``True``), the ops of a
+traced step that XLA cannot compile, and the check that XLA saw kerastrainer's default flags.
+It leaves to the step runner (``step_runner.py``) building the train function for
+:attr:`XlaPolicy.region`, its first call (the checks before and during the compile), and
+rebuilding it when the policy turns XLA off.
 """
 from __future__ import annotations
 
 import os
 import re
-import time
 from typing import List, Optional, Union
 
 import tensorflow as tf
 
 from .._internals import xla_kernel_device_types
-from ..tfutils.tower_func import scalar_cost_error
 from ..utils import logger
 from ..utils.devices import device_type
 from ..utils.utils import execute_only_once
@@ -109,12 +102,22 @@ def check_default_xla_flags() -> None:
 
 
 class XlaPolicy:
-    """Whether and where a trainer uses XLA (see the module docstring).
+    """Whether and where a run uses XLA (see the module docstring). It decides and records its
+    decision; it never touches the trainer: whoever builds the step reads :attr:`region`, and
+    rebuilds the step when :meth:`disable` or :meth:`cannot_compile` turns XLA off.
 
     Attributes:
         jit_compile: what was asked: True, False or ``'auto'``.
         use_xla: what this run does (set by :meth:`resolve`, cleared by a fallback).
         region: ``'step'``, ``'forward_backward'`` or None (no XLA).
+
+    Example::
+
+        xla = XlaPolicy('auto')
+        xla.resolve(['/device:GPU:0'], auto_on_cpu=False)         # -> True
+        xla.choose_region(one_device=True, own_reduce=False)     # -> 'step'
+        if xla.disable('LMS edits the step'):                     # XLA was on: rebuild the step
+            ...
     """
 
     def __init__(self, jit_compile: Union[bool, str] = "auto"):
@@ -122,95 +125,44 @@ class XlaPolicy:
             raise ValueError(f"jit_compile must be True, False or 'auto'; got {jit_compile!r}")
         self.jit_compile = jit_compile if jit_compile == "auto" else bool(jit_compile)
         self.use_xla = False
-        self.region: Optional[str] = None
+        self._region: Optional[str] = None
+
+    @property
+    def region(self) -> Optional[str]:
+        return self._region if self.use_xla else None
 
     # --- deciding ------------------------------------------------------------------------
-    def resolve(self, trainer) -> None:
-        """Decide ``use_xla`` for the trainer's replicas (in ``setup_graph``, before the train function)."""
-        devices = replica_devices(trainer.strategy)
+    def resolve(self, devices: List[str], auto_on_cpu: bool = False) -> bool:
+        """Decide ``use_xla`` for replicas on ``devices`` (before the step is built)."""
         if self.jit_compile != "auto":
             self.use_xla = bool(self.jit_compile)
         else:
-            self.use_xla = any(device_type(d) == "GPU" or trainer.auto_xla_on_cpu for d in devices)
+            self.use_xla = any(device_type(d) == "GPU" or auto_on_cpu for d in devices)
         if self.use_xla and any(device_type(d) == "GPU" for d in devices):
             check_default_xla_flags()
+        return self.use_xla
 
-    def region_for(self, trainer) -> Optional[str]:
-        """Set and return the region the train function being built compiles (None: no XLA)."""
-        if not self.use_xla:
-            self.region = None
-            return None
-        one_device = trainer.num_replicas == 1 and (
-            trainer.strategy is tf.distribute.get_strategy()
-            or isinstance(trainer.strategy, tf.distribute.OneDeviceStrategy))
-        own_reduce = not getattr(type(trainer)._reduce_gradients, "identity", False)
-        self.region = "step" if one_device and not own_reduce else "forward_backward"
+    def choose_region(self, one_device: bool, own_reduce: bool) -> Optional[str]:
+        """The whole step on one device whose update has no all-reduce of its own; else forward
+        and backward only (a collective in the update cannot be in the cluster)."""
+        self._region = "step" if one_device and not own_reduce else "forward_backward"
         return self.region
 
-    # --- the first call ------------------------------------------------------------------
-    def first_call(self, trainer, steps: tf.Tensor, feeds: list):
-        """Trace the train function, check that XLA can compile the step, compile, run once.
-        Records ``trainer.trace_seconds`` and ``trainer.first_call_seconds``."""
-        t0 = time.perf_counter()
-        try:
-            concrete = trainer._train_fn.get_concrete_function(steps, *feeds)
-        except RuntimeError as e:
-            # a tower that updates a mirrored tf.Variable itself (not a Keras variable, whose
-            # updates are moved out of the XLA cluster): the strategy's merge_call cannot be in it
-            if not (self.use_xla and "merge_call" in str(e)):
-                raise
-            self.cannot_compile(trainer, ["an update of a mirrored tf.Variable in the tower"],
-                                "the strategy synchronises it with a merge_call, which cannot be inside XLA")
-            t0 = time.perf_counter()
-            concrete = trainer._train_fn.get_concrete_function(steps, *feeds)
-        traced = time.perf_counter() - t0
-        if self.use_xla:
-            bad = xla_unsupported_ops(concrete, device_type(replica_devices(trainer.strategy)[0]))
-            if bad:
-                self.cannot_compile(trainer, bad, "they have no XLA kernel")
-                t0 = time.perf_counter()
-                trainer._train_fn.get_concrete_function(steps, *feeds)
-                traced = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        try:
-            out = trainer._train_fn(steps, *feeds)
-            out[0].numpy()
-        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError,
-                tf.errors.InternalError) as e:
-            ops = xla_error_ops(e) if self.use_xla and scalar_cost_error(e) is None else None
-            if ops is None:
-                raise
-            # (one batch per replica was taken from the input by the failed call)
-            self.cannot_compile(trainer, ops, f"XLA failed: {str(e).strip().splitlines()[0][:300]}", e)
-            t1 = time.perf_counter()
-            out = trainer._train_fn(steps, *feeds)
-            out[0].numpy()
-        first = time.perf_counter() - t1
-        trainer.trace_seconds, trainer.first_call_seconds = traced, first
-        k = int(steps.numpy())
-        if self.use_xla:
-            logger.info("XLA: compiled the train step (%s) in %.1f s (the first call, %d step(s); tracing "
-                        "took %.1f s before it).", "forward, backward and update" if self.region == "step"
-                        else "forward and backward", first, k, traced)
-        else:
-            logger.info("Traced the train function in %.1f s; its first call (%d step(s)) took %.1f s.",
-                        traced, k, first)
-        return out
-
     # --- giving XLA up -------------------------------------------------------------------
-    def disable(self, trainer, reason: str) -> None:
+    def disable(self, reason: str) -> bool:
         """Train without XLA (a callback whose graph changes XLA would undo, e.g. LMS), before the
-        first step. ``jit_compile=True`` keeps XLA, with a warning."""
+        first step. ``jit_compile=True`` keeps XLA, with a warning. True when XLA was turned off."""
         if not self.use_xla:
-            return
+            return False
         if self.jit_compile is True:
             logger.warning("jit_compile=True: XLA stays on although %s.", reason)
-            return
+            return False
         logger.info("XLA off (jit_compile='auto'): %s.", reason)
-        self._rebuild_without(trainer)
+        self.use_xla = False
+        return True
 
-    def cannot_compile(self, trainer, ops: List[str], why: str, error: Optional[Exception] = None) -> None:
-        """``'auto'``: warn and rebuild the train function without XLA; True: raise naming the ops."""
+    def cannot_compile(self, ops: List[str], why: str, error: Optional[Exception] = None) -> None:
+        """``'auto'``: warn and turn XLA off (the caller rebuilds the step); True: raise naming the ops."""
         names = ", ".join(ops)
         if self.jit_compile is True:
             msg = (f"jit_compile=True, but XLA cannot compile the train step: {names} ({why}). Remove "
@@ -221,8 +173,13 @@ class XlaPolicy:
             raise ValueError(msg)
         logger.warning("XLA cannot compile the train step: %s (%s). Training without XLA "
                        "(jit_compile='auto'); pass jit_compile=False to skip this attempt.", names, why)
-        self._rebuild_without(trainer)
-
-    def _rebuild_without(self, trainer) -> None:
         self.use_xla = False
-        trainer._train_fn = trainer._make_train_function()
+
+    def log_first_call(self, traced: float, first: float, k: int) -> None:
+        if self.use_xla:
+            logger.info("XLA: compiled the train step (%s) in %.1f s (the first call, %d step(s); tracing "
+                        "took %.1f s before it).", "forward, backward and update" if self.region == "step"
+                        else "forward and backward", first, k, traced)
+        else:
+            logger.info("Traced the train function in %.1f s; its first call (%d step(s)) took %.1f s.",
+                        traced, k, first)

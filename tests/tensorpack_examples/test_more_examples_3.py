@@ -422,7 +422,9 @@ def test_histogram_of_a_huge_tensor_is_counted_without_tensorboards_one_hot(tmp_
     from tensorflow.core.util import event_pb2
     from kerastrainer.callbacks.monitor import Monitors, TFEventWriter
 
-    class Stub:
+    from kerastrainer.callbacks.trainer_view import TrainerView
+
+    class Stub(TrainerView):
         global_step, epoch_num, is_chief = 7, 1, True
 
     values = np.random.RandomState(0).normal(size=5000).astype("float32")
