@@ -15,10 +15,17 @@ Failure behaviour:
   bytes at all count as one malformed message at worst (decoding never evaluates
   what it reads);
 - messages are limited to ``max_message_bytes`` (default
-  ``wire.DEFAULT_MAX_MESSAGE_BYTES``, 1 GiB): ZeroMQ drops the connection of a peer
-  that announces a larger frame before allocating it, and a larger multipart
-  message counts as malformed. The sender refuses to send a datapoint over its own
-  limit with a ``ValueError`` saying so, instead of being cut off silently.
+  ``wire.DEFAULT_MAX_MESSAGE_BYTES``, 1 GiB) and ``max_message_frames`` (default
+  ``wire.DEFAULT_MAX_MESSAGE_FRAMES``): ZeroMQ drops the connection of a peer that
+  announces a larger *frame* before allocating it; the receiver reads a multipart
+  message frame by frame and, once it is over either limit, keeps none of it: the
+  rest of its frames are released one by one as they are read, never decoded, and
+  the refusal is counted as malformed, naming the peer's address and the limit.
+  ZeroMQ itself hands a message over only once all its frames have arrived, so a
+  peer can still make the receiving process hold one message's frames for a moment:
+  bind to 127.0.0.1 or an ``ipc://`` path when the peers are local (see
+  docs/dataflow-parallel.md, "Security"). The sender refuses to send a datapoint over
+  its own limits with a ``ValueError`` saying so, instead of being cut off silently.
 
 Example::
 
@@ -33,6 +40,8 @@ Example::
 """
 from __future__ import annotations
 
+import math
+import numbers
 import time
 import weakref
 from typing import Any, Iterator, List, Optional
@@ -43,8 +52,8 @@ from zmq.utils.monitor import recv_monitor_message
 from ..utils import logger
 from ..utils.casting import whole_number
 from .base import DataFlow, DataFlowReentrantGuard, check_dataflow
-from .wire import (BUFFER_MAGIC, DEFAULT_MAX_MESSAGE_BYTES, HEADER_MAGIC, check_message_size, dumps,
-                   dumps_frames, loads, loads_frames, message_nbytes)
+from .wire import (BUFFER_MAGIC, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_FRAMES, HEADER_MAGIC,
+                   check_message_size, dumps, dumps_frames, loads, loads_frames, message_nbytes)
 
 __all__ = ["send_dataflow_zmq", "RemoteDataZMQ"]
 
@@ -102,9 +111,27 @@ def _check_max_bytes(value: Optional[int], who: str) -> Optional[int]:
     return int(value)
 
 
+def _check_max_frames(value: Optional[int], who: str) -> Optional[int]:
+    if value is None:
+        return None
+    return whole_number(value, f"{who}(max_message_frames=...)", minimum=2)
+
+
+def _check_timeout(value, who: str, allow_none: bool) -> Optional[float]:
+    """A positive, finite number of seconds (or None where that means 'wait forever')."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        # NaN never compares greater (the timeout never fires); a string fails only mid-iteration
+        raise ValueError(f"{who}: timeout must be a positive, finite number of seconds"
+                         + (" or None (wait forever)" if allow_none else "") + f", got {value!r}.")
+    return float(value)
+
+
 def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None, bind: bool = False,
                       timeout: float = 30.0, num_epochs: Optional[int] = None,
-                      max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+                      max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES,
+                      max_message_frames: Optional[int] = DEFAULT_MAX_MESSAGE_FRAMES) -> int:
     """Run ``df`` and send every datapoint to ``addr`` with a ZeroMQ PUSH socket.
 
     Args:
@@ -119,6 +146,8 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
         num_epochs: passes over ``df`` to send; None (tensorpack's behaviour) loops forever.
         max_message_bytes: the largest datapoint (encoded) to send; a larger one raises
             ``ValueError``. Keep it equal to the receiver's (None: no limit).
+        max_message_frames: the most frames of one datapoint (the header and one per
+            array over 1 KiB); more raises ``ValueError``. Keep it equal to the receiver's.
 
     Returns:
         the number of datapoints sent (only when ``num_epochs`` is given).
@@ -133,12 +162,15 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
     hwm = whole_number(hwm, "send_dataflow_zmq(hwm=...)", minimum=1)
     check_dataflow(df, "send_dataflow_zmq: df")
     max_bytes = _check_max_bytes(max_message_bytes, "send_dataflow_zmq")
+    max_frames = _check_max_frames(max_message_frames, "send_dataflow_zmq")
+    timeout = _check_timeout(timeout, "send_dataflow_zmq", allow_none=False)
     to_frames = (lambda dp: [dumps(dp)]) if format == "buffer" else dumps_frames
 
     def encode(dp):
         frames = to_frames(dp)
-        if max_bytes is not None:
-            check_message_size(message_nbytes(frames), max_bytes, f"send_dataflow_zmq to {addr}")
+        if max_bytes is not None or max_frames is not None:
+            check_message_size(message_nbytes(frames) if max_bytes is not None else 0, max_bytes,
+                               f"send_dataflow_zmq to {addr}", len(frames), max_frames)
         return frames
 
     ctx = zmq.Context()
@@ -196,7 +228,14 @@ class RemoteDataZMQ(DataFlow):
             ``num_malformed``) or ``'raise'`` (``ValueError``).
         max_message_bytes: the largest message accepted (default 1 GiB, see the module
             docstring); a peer announcing a larger frame is disconnected by ZeroMQ, a
-            larger multipart message is malformed. None: no limit.
+            larger multipart message is refused (malformed). None: no limit.
+        max_message_frames: the most frames of one message (default
+            ``wire.DEFAULT_MAX_MESSAGE_FRAMES``); a message of more is refused (malformed).
+            None: no limit.
+
+    What is refused (counted in ``num_malformed``, and logged or raised with the peer's
+    address and the reason): anything not in :mod:`.wire`'s format, msgpack extension
+    types, nesting deeper than ``wire.MAX_NESTING``, and messages over the limits above.
 
     It iterates forever; ``len()`` is unknown.
 
@@ -211,16 +250,18 @@ class RemoteDataZMQ(DataFlow):
 
     def __init__(self, addr1: str, addr2: Optional[str] = None, hwm: int = 50, bind: bool = True,
                  timeout: Optional[float] = None, on_malformed: str = "warn",
-                 max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES,
+                 max_message_frames: Optional[int] = DEFAULT_MAX_MESSAGE_FRAMES):
         if on_malformed not in ("warn", "raise"):
             raise ValueError(f"RemoteDataZMQ: on_malformed must be 'warn' or 'raise', got {on_malformed!r}")
         hwm = whole_number(hwm, "RemoteDataZMQ(hwm=...)", minimum=1)
         self._addrs = [a for a in (addr1, addr2) if a]
         self.hwm = hwm
         self.bind = bool(bind)
-        self.timeout = timeout
+        self.timeout = _check_timeout(timeout, "RemoteDataZMQ", allow_none=True)
         self.on_malformed = on_malformed
         self.max_message_bytes = _check_max_bytes(max_message_bytes, "RemoteDataZMQ")
+        self.max_message_frames = _check_max_frames(max_message_frames, "RemoteDataZMQ")
         self.num_malformed = 0
         self.addresses: List[str] = []
         self._sockets: List[zmq.Socket] = []
@@ -253,11 +294,50 @@ class RemoteDataZMQ(DataFlow):
         if self._finalizer is not None:
             self._finalizer()
 
-    def _decode(self, frames, sock_index: int):
+    def _recv_bounded(self, sock: zmq.Socket):
+        """One message, read frame by frame: ``(frames, None)``, or ``(None, reason)`` when it is
+        over the limits, its frames past the limit dropped as they are read (never held together)."""
+        max_frames, max_bytes = self.max_message_frames, self.max_message_bytes
+        frames, nbytes, peer = [], 0, None
+        while True:
+            f = sock.recv(copy=False)
+            if peer is None:
+                peer = _peer_address(f)
+            nbytes += len(f)
+            frames.append(f)
+            if not f.more:
+                return frames, None, peer
+            if max_frames is not None and len(frames) >= max_frames:
+                over = f"more than {max_frames} frames (max_message_frames)"
+                break
+            if max_bytes is not None and nbytes > max_bytes:
+                over = f"more than {max_bytes} bytes (max_message_bytes)"
+                break
+        nframes = len(frames)
+        del frames, f  # release what was read; the rest is dropped frame by frame
+        sink, more = bytearray(), True
+        while more:
+            nbytes += sock.recv_into(sink)  # discards the frame (no copy, no Frame object); its full size
+            nframes += 1
+            more = sock.rcvmore
+        return None, (f"a message of {over}: refused, none of it kept or decoded (it had {nframes} frames, "
+                      f"{nbytes} bytes)"), peer
+
+    def _refuse(self, reason: str, sock_index: int, peer: Optional[str]):
+        where = self.addresses[sock_index] + (f" from {peer}" if peer else "")
+        if self.on_malformed == "raise":
+            raise ValueError(f"RemoteDataZMQ: malformed message received on {where}: {reason}")
+        self.num_malformed += 1
+        n = self.num_malformed
+        if n <= 5 or n % 1000 == 0:
+            logger.warning("RemoteDataZMQ: skipped malformed message #%d received on %s: %s", n, where, reason)
+        return _SKIP
+
+    def _decode(self, frames, sock_index: int, peer: Optional[str] = None):
         try:
             first = frames[0].buffer
             if bytes(first[:4]) == HEADER_MAGIC:
-                return loads_frames(frames, max_bytes=self.max_message_bytes)
+                return loads_frames(frames, max_bytes=self.max_message_bytes, max_frames=self.max_message_frames)
             if len(frames) == 1 and bytes(first[:4]) == BUFFER_MAGIC:
                 return loads(first, max_bytes=self.max_message_bytes)
             raise ValueError(f"a message of {len(frames)} frame(s) that is not in kerastrainer's wire format "
@@ -265,14 +345,13 @@ class RemoteDataZMQ(DataFlow):
         except Exception as e:  # noqa: BLE001 -- whatever a peer sends must not end training
             if not isinstance(e, ValueError):
                 e = ValueError(f"{type(e).__name__}: {e}")
-            where = self.addresses[sock_index]
-            if self.on_malformed == "raise":
-                raise ValueError(f"RemoteDataZMQ: malformed message received on {where}: {e}") from None
-            self.num_malformed += 1
-            n = self.num_malformed
-            if n <= 5 or n % 1000 == 0:
-                logger.warning("RemoteDataZMQ: skipped malformed message #%d received on %s: %s", n, where, e)
-            return _SKIP
+            return self._refuse(str(e), sock_index, peer)
+
+    def _receive(self, sock: zmq.Socket, sock_index: int):
+        frames, refused, peer = self._recv_bounded(sock)
+        if refused is not None:
+            return self._refuse(refused, sock_index, peer)
+        return self._decode(frames, sock_index, peer)
 
     def __iter__(self) -> Iterator[Any]:
         if self._finalizer is None:
@@ -286,7 +365,7 @@ class RemoteDataZMQ(DataFlow):
                 got = False
                 for i, s in enumerate(self._sockets):
                     if s in events:
-                        dp = self._decode(s.recv_multipart(copy=False), i)
+                        dp = self._receive(s, i)
                         got = True
                         if dp is not _SKIP:
                             yield dp
@@ -298,3 +377,11 @@ class RemoteDataZMQ(DataFlow):
 
 
 _SKIP = object()
+
+
+def _peer_address(frame) -> Optional[str]:
+    """The sending peer's IP address (tcp), for the log; None where ZeroMQ does not know it."""
+    try:
+        return frame.get("Peer-Address") or None
+    except (zmq.ZMQError, AttributeError, TypeError, UnicodeDecodeError):
+        return None

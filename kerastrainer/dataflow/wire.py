@@ -23,10 +23,14 @@ zmq frame.
 
 A buffer or frame list that is not in this format raises ``ValueError``, whatever
 its bytes (decoding never evaluates anything: dtype strings are checked against
-numpy's type codes before numpy sees them, and object dtypes are refused).
-``loads_frames``/``loads`` take ``max_bytes`` to refuse larger messages;
-``DEFAULT_MAX_MESSAGE_BYTES`` (1 GiB) is the limit the sockets of
-:mod:`.remote`, :mod:`.parallel` and :mod:`.parallel_map` use by default.
+numpy's type codes before numpy sees them, and object dtypes are refused). Only the
+types above are data: msgpack's own extension types (its ``Timestamp``, or any
+extension code but this format's three) are refused, and so is nesting deeper than
+msgpack's decoder allows (``MAX_NESTING``), each with a message saying so.
+``loads_frames``/``loads`` take ``max_bytes`` to refuse larger messages, and
+``loads_frames`` takes ``max_frames``; ``DEFAULT_MAX_MESSAGE_BYTES`` (1 GiB) is the
+limit the sockets of :mod:`.remote`, :mod:`.parallel` and :mod:`.parallel_map` use by
+default, ``DEFAULT_MAX_MESSAGE_FRAMES`` the frame limit of :mod:`.remote`'s receiver.
 
 Example::
 
@@ -45,7 +49,8 @@ import msgpack
 import numpy as np
 
 __all__ = ["dumps", "loads", "dumps_frames", "loads_frames", "is_wire_header", "message_nbytes",
-           "check_message_size", "HEADER_MAGIC", "BUFFER_MAGIC", "DEFAULT_MAX_MESSAGE_BYTES"]
+           "check_message_size", "HEADER_MAGIC", "BUFFER_MAGIC", "DEFAULT_MAX_MESSAGE_BYTES",
+           "DEFAULT_MAX_MESSAGE_FRAMES", "MAX_NESTING"]
 
 HEADER_MAGIC = b"KTW1"   # first bytes of a header frame
 BUFFER_MAGIC = b"KTB1"   # first bytes of a single-buffer message
@@ -55,6 +60,13 @@ _ALIGN = 64              # offsets of arrays in a single buffer (cache-line alig
 # 256 float32 224x224x3 images (154 MB each); a claim beyond it is refused before zmq
 # allocates it. Raise it with the sockets' max_message_bytes argument.
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+# The most frames a receiver keeps of one message: the header and one frame per array over
+# INLINE_MAX_BYTES. A datapoint with more arrays than this is unusual; a message with more
+# frames is a frame-count bomb (each frame costs a Python object). Raise it with
+# max_message_frames on both ends.
+DEFAULT_MAX_MESSAGE_FRAMES = 10_000
+# msgpack's C decoder refuses deeper nesting (its stack); the encoder is held to the same
+MAX_NESTING = 1024
 _MAX_NDIM = 64
 _MAX_DTYPE_DEPTH = 16
 # what numpy's dtype.str looks like: byte order, a non-object kind, item size, datetime unit
@@ -234,11 +246,17 @@ def _decode(header: memoryview, buffers: Sequence[memoryview], where: str):
             if not isinstance(raw, bytes) or len(raw) != dt.itemsize:
                 raise ValueError(f"scalar of dtype {dt} has {len(raw)} bytes, expected {dt.itemsize}")
             return np.frombuffer(raw, dtype=dt)[0]
-        raise ValueError(f"unknown msgpack extension type {code}")
+        raise ValueError(f"msgpack extension type {code} is not part of kerastrainer's wire format "
+                         "(only its arrays and numpy scalars are)")
 
+    body = header[len(HEADER_MAGIC):]
     try:
-        obj = msgpack.unpackb(header[len(HEADER_MAGIC):], raw=False, ext_hook=ext_hook,
-                              strict_map_key=False, use_list=True)
+        obj = msgpack.unpackb(body, raw=False, ext_hook=ext_hook, strict_map_key=False, use_list=True)
+        if _may_hold_timestamp(body):
+            _check_types(obj)
+    except msgpack.StackError:
+        raise ValueError(f"Malformed wire message ({where}): nested deeper than {MAX_NESTING} levels "
+                         "(msgpack's limit); not a datapoint, perhaps a recursion bomb") from None
     except Exception as e:  # noqa: BLE001 -- any bytes at all must end here, as a ValueError
         detail = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else (str(e) or "ValueError")
         raise ValueError(f"Malformed wire message ({where}): {detail}") from None
@@ -246,6 +264,33 @@ def _decode(header: memoryview, buffers: Sequence[memoryview], where: str):
         raise ValueError(f"Malformed wire message ({where}): {len(buffers)} array frames but the header "
                          f"refers to {len(used)}")
     return obj
+
+
+# msgpack decodes its extension type -1 (Timestamp) itself, without calling ext_hook; its
+# encodings are fixext 4/8 and ext 8 of 12 bytes, all followed by the type byte 0xff
+_TIMESTAMP_MARKS = (b"\xd6\xff", b"\xd7\xff", b"\xc7\x0c\xff")
+_DATA_TYPES = (type(None), bool, int, float, str, bytes, np.ndarray, np.generic)
+
+
+def _may_hold_timestamp(body: memoryview) -> bool:
+    # a C-speed scan; raw bytes can match by chance, then _check_types looks properly
+    raw = bytes(body)
+    return any(m in raw for m in _TIMESTAMP_MARKS)
+
+
+def _check_types(obj) -> None:
+    """Refuse any decoded value that is not of the wire format's types (iteratively: no recursion)."""
+    stack = [obj]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif not isinstance(x, _DATA_TYPES):
+            raise ValueError(f"a value of type {type(x).__module__}.{type(x).__qualname__} ({str(x)[:60]}) is "
+                             "not part of kerastrainer's wire format (msgpack extension types are refused)")
 
 
 def message_nbytes(frames: Sequence[Any]) -> int:
@@ -256,26 +301,37 @@ def message_nbytes(frames: Sequence[Any]) -> int:
     return total
 
 
-def check_message_size(nbytes: int, max_bytes: Optional[int], who: str) -> None:
-    """For senders: raise ``ValueError`` if a message is over the receiver's limit.
+def check_message_size(nbytes: int, max_bytes: Optional[int], who: str, nframes: Optional[int] = None,
+                       max_frames: Optional[int] = None) -> None:
+    """For senders: raise ``ValueError`` if a message is over the receiver's limits.
 
-    The receiving socket drops the connection of a peer that sends a larger frame, so the
-    sender must fail first, saying how to raise the limit.
+    The receiving socket drops the connection of a peer that sends a larger frame, and
+    refuses a message of more bytes or frames, so the sender must fail first, saying
+    how to raise the limit.
     """
     if max_bytes is not None and nbytes > max_bytes:
         raise ValueError(
             f"{who}: a datapoint of {nbytes} bytes is larger than max_message_bytes={max_bytes}. Send "
             f"smaller datapoints (smaller batches), or raise max_message_bytes on both ends.")
+    if max_frames is not None and nframes is not None and nframes > max_frames:
+        raise ValueError(
+            f"{who}: a datapoint with {nframes - 1} arrays over {INLINE_MAX_BYTES} bytes takes {nframes} frames, "
+            f"more than max_message_frames={max_frames}. Stack the arrays into fewer, or raise "
+            "max_message_frames on both ends.")
 
 
-def loads_frames(frames: Sequence[Any], max_bytes: Optional[int] = None) -> Any:
+def loads_frames(frames: Sequence[Any], max_bytes: Optional[int] = None, max_frames: Optional[int] = None) -> Any:
     """Decode frames made by :func:`dumps_frames` (zmq Frames, bytes or memoryviews).
 
     Arrays are ``np.frombuffer`` views over the frames: no copy. With ``max_bytes``,
-    a message whose frames hold more bytes than that raises ``ValueError``.
+    a message whose frames hold more bytes than that raises ``ValueError``; with
+    ``max_frames``, one of more frames than that.
     """
     if not frames:
         raise ValueError("Malformed wire message: no frames")
+    if max_frames is not None and len(frames) > max_frames:
+        raise ValueError(f"Malformed wire message (multipart): {len(frames)} frames is over the limit of "
+                         f"{max_frames} (max_message_frames)")
     views = [_frame_bytes(f) for f in frames]
     if max_bytes is not None:
         total = sum(v.nbytes for v in views)

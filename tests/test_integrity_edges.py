@@ -1,0 +1,145 @@
+"""Faults injected at the edges (issue 35): hostile ZeroMQ peers, damaged files, bad arguments.
+
+Every test uses real sockets, files or processes: a PUSH socket or a raw ZMTP peer sends what
+a hostile or buggy sender would; files are written by our serializers and then damaged on disk.
+"""
+import math
+import os
+import sys
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from kerastrainer.dataflow import wire
+from kerastrainer.dataflow.base import DataFlow
+from kerastrainer.dataflow.remote import RemoteDataZMQ, send_dataflow_zmq
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+class _Push:
+    """A real PUSH socket connected to ``addr`` (a peer that sends whatever it is told)."""
+
+    def __init__(self, addr):
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.PUSH)
+        self.sock.connect(addr)
+
+    def __enter__(self):
+        return self.sock
+
+    def __exit__(self, *exc):
+        self.sock.close(linger=2000)
+        self.ctx.term()
+
+
+@pytest.fixture
+def make_receiver():
+    made = []
+
+    def make(**kw):
+        kw.setdefault("timeout", 30)
+        ds = RemoteDataZMQ("tcp://127.0.0.1:*", **kw)
+        ds.reset_state()
+        made.append(ds)
+        return ds
+
+    yield make
+    for ds in made:
+        ds.close()
+
+
+# --- item 1: a multipart message is bounded as a whole --------------------------------------------
+def test_frame_count_bomb_is_refused_naming_peer_and_limit(make_receiver):
+    ds = make_receiver(on_malformed="raise")
+    with _Push(ds.addresses[0]) as push:
+        push.send_multipart([wire.HEADER_MAGIC + b"\x90"] + [b"x"] * 20_000)   # 20001 tiny frames
+        push.send_multipart(wire.dumps_frames(["good"]))
+        it = iter(ds)
+        with pytest.raises(ValueError) as err:
+            next(it)
+        msg = str(err.value)
+        assert "more than 10000 frames (max_message_frames)" in msg
+        assert "from 127.0.0.1" in msg and ds.addresses[0] in msg
+        assert "20001 frames" in msg   # what was refused, counted while it was dropped
+        # the rest of the refused message was drained: the next message is whole
+        assert next(iter(ds)) == ["good"]
+
+
+def test_multipart_over_the_byte_limit_is_refused_before_the_rest_is_kept(make_receiver):
+    ds = make_receiver(max_message_bytes=1 << 20, on_malformed="raise")
+    frame = b"\0" * (256 << 10)
+    with _Push(ds.addresses[0]) as push:
+        # each frame is under the per-frame limit ZeroMQ enforces; together they are 10 MiB
+        push.send_multipart([wire.HEADER_MAGIC + b"\x90"] + [frame] * 40, copy=False)
+        push.send_multipart(wire.dumps_frames([np.arange(2000), "good"]))
+        with pytest.raises(ValueError) as err:
+            next(iter(ds))
+        arr, tag = next(iter(ds))
+    msg = str(err.value)
+    assert "from 127.0.0.1" in msg and "more than 1048576 bytes (max_message_bytes)" in msg
+    assert "none of it kept or decoded (it had 41 frames" in msg
+    assert tag == "good" and (arr == np.arange(2000)).all()
+
+
+def test_sender_refuses_a_datapoint_of_too_many_frames_before_sending():
+    arrays = [np.zeros(2000, np.uint8) for _ in range(20)]   # 20 frames of their own
+    with pytest.raises(ValueError, match="max_message_frames=10"):
+        send_dataflow_zmq(_Once([arrays]), "tcp://127.0.0.1:9", max_message_frames=10, num_epochs=1, timeout=5)
+
+
+class _Once(DataFlow):
+    def __init__(self, dps):
+        self.dps = dps
+
+    def __iter__(self):
+        yield from self.dps
+
+
+# --- item 2: nothing outside the wire format is data ----------------------------------------------
+@pytest.mark.parametrize("ts", [msgpack.Timestamp(5, 0), msgpack.Timestamp(2 ** 33, 7), msgpack.Timestamp(2 ** 40, 1)])
+def test_msgpack_timestamp_extension_is_refused(make_receiver, ts):
+    ds = make_receiver(on_malformed="raise")
+    with _Push(ds.addresses[0]) as push:
+        push.send(wire.HEADER_MAGIC + msgpack.packb([ts, 1], datetime=False))
+        with pytest.raises(ValueError, match="msgpack.ext.Timestamp.*not part of kerastrainer's wire format"):
+            next(iter(ds))
+        push.send(wire.HEADER_MAGIC + msgpack.packb({"k": {ts: 1}}, datetime=False))   # as a dict key
+        with pytest.raises(ValueError, match="Timestamp"):
+            next(iter(ds))
+
+
+def test_unknown_extension_type_is_refused_and_bytes_that_look_like_one_are_data(make_receiver):
+    ds = make_receiver(on_malformed="raise")
+    with _Push(ds.addresses[0]) as push:
+        push.send(wire.HEADER_MAGIC + msgpack.packb(msgpack.ExtType(42, b"x")))
+        with pytest.raises(ValueError, match="extension type 42 is not part"):
+            next(iter(ds))
+        # the byte patterns of a Timestamp inside bytes and arrays are plain data
+        dp = [b"\xd6\xff\xd7\xff\xc7\x0c\xff", np.frombuffer(b"\xd7\xff" * 600, np.uint8), {"s": "t"}]
+        push.send_multipart(wire.dumps_frames(dp))
+        got = next(iter(ds))
+    assert got[0] == dp[0] and (got[1] == dp[1]).all() and got[2] == {"s": "t"}
+
+
+def test_recursion_bomb_is_refused_saying_why(make_receiver):
+    ds = make_receiver(on_malformed="raise")
+    with _Push(ds.addresses[0]) as push:
+        push.send(wire.HEADER_MAGIC + b"\x91" * 100_000 + b"\xc0")
+        with pytest.raises(ValueError, match=r"nested deeper than 1024 levels.*recursion bomb"):
+            next(iter(ds))
+
+
+# --- item 9 (data side): arguments that meant nothing ---------------------------------------------
+@pytest.mark.parametrize("timeout", [math.nan, -5, 0, "10", math.inf, True])
+def test_receiver_timeout_is_validated_at_construction(timeout):
+    with pytest.raises(ValueError, match="timeout must be a positive, finite number of seconds"):
+        RemoteDataZMQ("tcp://127.0.0.1:*", timeout=timeout)
+
+
+@pytest.mark.parametrize("timeout", [math.nan, -1, "30", None])
+def test_sender_timeout_is_validated(timeout):
+    with pytest.raises(ValueError, match="timeout must be a positive"):
+        send_dataflow_zmq(_Once([[1]]), "tcp://127.0.0.1:9", timeout=timeout)
