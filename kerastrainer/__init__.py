@@ -21,7 +21,7 @@ from .dataflow import *  # noqa: F401,F403  (TF-free)
 _TF_MODULES = ("kerastrainer.utils", "kerastrainer.tfutils", "kerastrainer.input_source", "kerastrainer.models",
                "kerastrainer.callbacks", "kerastrainer.train", "kerastrainer.predict",
                "kerastrainer.keras", "kerastrainer.lms",
-               "kerastrainer.compat", "kerastrainer.compat.callbacks")
+               "kerastrainer.compat")
 _tf_names = None
 # tensorpack's `from tensorpack import *` also gives its subpackages (bound by its imports)
 _STAR_SUBMODULES = ("utils", "dataflow", "models", "callbacks", "tfutils", "train", "input_source", "predict",

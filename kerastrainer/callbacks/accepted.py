@@ -6,7 +6,7 @@
 - ``RunUpdateOps`` (``tensorpack.callbacks.graph``): there are no UPDATE_OPS in TF2; BatchNorm
   (Keras's and kerastrainer's) updates its statistics inside the training step.
 
-Both are in ``from kerastrainer import *`` (through ``kerastrainer.compat.callbacks``, their older path).
+Both are in ``from kerastrainer import *`` (through ``kerastrainer.callbacks``).
 
 Example::
 
