@@ -143,3 +143,70 @@ def test_receiver_timeout_is_validated_at_construction(timeout):
 def test_sender_timeout_is_validated(timeout):
     with pytest.raises(ValueError, match="timeout must be a positive"):
         send_dataflow_zmq(_Once([[1]]), "tcp://127.0.0.1:9", timeout=timeout)
+
+
+# --- item 5: a damaged .npz names its file --------------------------------------------------------
+def _flip_bit_at(path, offset, bit=3):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([b ^ (1 << bit)]))
+
+
+def _flip_inside(path, needle: bytes):
+    """Flip one bit in the middle of the first occurrence of ``needle`` in the file."""
+    raw = open(path, "rb").read()
+    pos = raw.find(needle)
+    assert pos > 0, "the data to damage is not in the file"
+    _flip_bit_at(path, pos + len(needle) // 2)
+
+
+def _truncate(path, keep_fraction=0.6):
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(int(size * keep_fraction))
+
+
+_MARK = (np.arange(4000, dtype=np.int64) * 7 + 12345)
+
+
+def _write_npz_dataset(path):
+    from kerastrainer.dataflow.serialize import NumpySerializer
+    NumpySerializer.save(_Once([[_MARK[i * 100:(i + 1) * 100], i] for i in range(40)]), path)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damaged_npz_dataset_names_the_file(tmp_path, damage):
+    from kerastrainer.dataflow.serialize import NumpySerializer
+    path = str(tmp_path / "data.npz")
+    _write_npz_dataset(path)
+    assert len(NumpySerializer.load(path)) == 40
+    if damage == "flip":
+        _flip_inside(path, _MARK[1000:1100].tobytes())
+    else:
+        _truncate(path)
+    with pytest.raises(ValueError, match=rf"NumpySerializer.load: {path!r} is damaged.*copy or write it again"):
+        NumpySerializer.load(path)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "flip-header"])
+def test_damaged_npz_weights_for_smartinit_name_the_file(tmp_path, damage):
+    from kerastrainer.tfutils.sessinit import SmartInit
+    path = str(tmp_path / "weights.npz")
+    np.savez(path, **{"conv0/W": _MARK.astype(np.float32).reshape(40, 100), "fc/b": np.ones(3, np.float32)})
+    assert SmartInit(path) is not None
+    if damage == "flip":
+        _flip_inside(path, _MARK.astype(np.float32)[2000:2100].tobytes())
+    elif damage == "flip-header":
+        # a shape made smaller in the array's own header: np.load would read less, check no CRC, and
+        # return a wrong array without a word
+        raw = open(path, "rb").read()
+        pos = raw.find(b"(40, 100)")
+        with open(path, "r+b") as f:
+            f.seek(pos)
+            f.write(b"(30, 100)")
+    else:
+        _truncate(path)
+    with pytest.raises(ValueError, match=rf"SmartInit: {path!r} is damaged"):
+        SmartInit(path)

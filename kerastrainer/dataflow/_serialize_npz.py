@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..utils import logger
+from ..utils.npzfile import read_npz
 from ..utils.rng import get_rng
 from . import wire
 from ._serialize_files import PathLike, existing_path, new_file_path, progress_bar, remove_quietly
@@ -149,11 +150,7 @@ class NumpyData(RNGDataFlow):
     def __init__(self, path: PathLike, shuffle: bool = True):
         self.path = existing_path(path, "NumpySerializer.load")
         self.shuffle = bool(shuffle)
-        try:
-            with np.load(self.path, allow_pickle=False) as npz:
-                arrays = {name: npz[name] for name in npz.files}
-        except (ValueError, OSError) as e:
-            raise ValueError(f"NumpySerializer.load: cannot read {self.path!r} as an .npz file: {e}") from e
+        arrays = read_npz(self.path, "NumpySerializer.load")   # CRCs checked; errors name the file
         meta = arrays.pop("__meta__", None)
         try:
             meta = json.loads(str(meta)) if meta is not None else None

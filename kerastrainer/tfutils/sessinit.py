@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from ..utils import logger
 from ..utils.casting import cast_exactly
+from ..utils.npzfile import read_npz
 from .checkpoint_files import get_checkpoint_path, latest_checkpoint, list_checkpoints
 from .varmanip import (HYPERPARAMS_FROM, CheckpointLoadError, assign_by_name, counter_of, is_named_format,
                        load_chkpt_vars, nonfinite_names, rename_by_structure)
@@ -261,9 +262,7 @@ class NpzInit(DictRestore):
     def __init__(self, path: str):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"Weight file '{path}' does not exist.")
-        with np.load(path) as f:
-            d = {k: f[k] for k in f.files}
-        super().__init__(d, source=path)
+        super().__init__(read_npz(path, "SmartInit"), source=path)   # a damaged file: an error naming it
 
 
 class ChainInit(SessionInit):
