@@ -154,3 +154,69 @@ def test_epoch_loss_and_metrics_weight_a_partial_last_batch_as_keras(replicas):
     # the metrics too: every replica's part of every batch, each sample once (Keras's running mean)
     _close(h.history["accuracy"], h_ref.history["accuracy"])
     _same_weights(ref, model)
+
+
+# --- item 7: integer and float64 data into a float Input, cast as Keras casts ---------------------
+def _dense_on(shape):
+    def build():
+        inp = keras.Input(shape)
+        h = keras.layers.Dense(4)(keras.layers.Flatten()(inp) if len(shape) > 1 else inp)
+        return keras.Model(inp, keras.layers.Dense(1)(h))
+    return build
+
+
+@pytest.mark.parametrize("form", ["int_numpy", "int_dataset", "float64_timeseries"])
+def test_integer_and_float64_data_into_a_float_input_are_cast_as_keras(form):
+    rng = np.random.RandomState(1)
+    if form == "float64_timeseries":   # keras-io's timeseries forecasting: a float64 pipeline
+        series = rng.randn(60, 3)                                          # float64
+        x = keras.utils.timeseries_dataset_from_array(series[:-5], series[5:, :1], sequence_length=5,
+                                                      batch_size=8, shuffle=False)
+        y, shape, fit_kw, lr = None, (5, 3), {}, 0.01
+    else:
+        x = rng.randint(0, 10, (28, 5))                                    # int64 token ids
+        y = rng.randn(28, 1).astype("float32")
+        shape, fit_kw, lr = (5,), dict(batch_size=8), 1e-3
+        if form == "int_dataset":
+            x, y, fit_kw = tf.data.Dataset.from_tensor_slices((x, y)).batch(8), None, {}
+    ref, model = _twins(_dense_on(shape))
+    h_ref, h = _fit_both(ref, model, "mse", x, y, opt=lambda: keras.optimizers.SGD(lr), epochs=2, shuffle=False,
+                         **fit_kw)
+    _close(h.history["loss"], h_ref.history["loss"], 1e-5 * max(1.0, h_ref.history["loss"][0]))
+    _same_weights(ref, model)
+
+
+def test_a_cast_that_would_change_an_id_is_an_error_not_a_silent_rounding():
+    inp = keras.Input((5,))
+    km = KerasModel(keras.Model(inp, keras.layers.Dense(1)(inp)))
+    km.compile("sgd", "mse")
+    x = np.ones((16, 5), "int64")
+    x[9, 2] = 2 ** 25 + 1                      # float32 would make it 2**25
+    y = np.zeros((16, 1), "float32")
+    for data in [(x, y), (tf.data.Dataset.from_tensor_slices((x, y)).batch(8), None)]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="input input: a value of the data changes in "
+                                                                 "the cast from int64 to float32"):
+            km.fit(*data, epochs=1, shuffle=False, **QUIET)
+
+
+# --- item 8: data one axis short of the Input's rank -----------------------------------------------
+@pytest.mark.parametrize("form", ["numpy", "dataset"])
+def test_data_one_axis_short_of_the_input_gets_it_as_keras(form):
+    rng = np.random.RandomState(1)
+    x, y = rng.randn(28, 6, 6).astype("float32"), rng.randint(0, 3, 28)   # into Input((6, 6, 1))
+
+    def build():
+        inp = keras.Input((6, 6, 1))
+        h = keras.layers.Flatten()(keras.layers.Conv2D(2, 3)(inp))
+        return keras.Model(inp, keras.layers.Dense(3)(h))
+    ref, model = _twins(build)
+    data, fit_kw = ((x, y), dict(batch_size=8)) if form == "numpy" else \
+        ((tf.data.Dataset.from_tensor_slices((x, y)).batch(8), None), {})
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    h_ref, h = _fit_both(ref, model, xent, *data, epochs=2, shuffle=False, validation_data=(x, y), **fit_kw)
+    _close(h.history["loss"], h_ref.history["loss"])
+    _close(h.history["val_loss"], h_ref.history["val_loss"])
+    _same_weights(ref, model)
+    km = KerasModel(model)
+    km.compile(keras.optimizers.SGD(0.1), xent)
+    _close(km.evaluate(x, y, verbose=0), ref.evaluate(x, y, verbose=0))

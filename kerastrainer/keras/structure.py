@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from .._internals import functional_input_structure
+from ..utils.casting import _cast_limit
 __all__ = ["ModelIO", "KerasSignatureError", "as_spec_list"]
 
 
@@ -277,7 +278,13 @@ class ModelIO:
             if model_shape is not None and not tf.TensorShape(model_shape).is_compatible_with(spec.shape):
                 raise KerasSignatureError(f"Input '{name}': the signature says shape {tuple(spec.shape.as_list())} "
                                           f"but the model takes {model_shape}.")
-            if not spec.shape.is_compatible_with(_shape_of(xd)):
+            data_shape = _shape_of(xd)
+            fix = _keras_rank_fix(data_shape, spec.shape) if model_shape is not None else None
+            if fix == "expand":   # as keras.Model's functional call: (16, 28, 28) into Input((28, 28, 1))
+                data_shape = data_shape + (1,)
+            elif fix == "squeeze":
+                data_shape = data_shape[:-1]
+            if not spec.shape.is_compatible_with(data_shape):
                 raise KerasSignatureError(
                     f"Input '{name}': the model takes shape {tuple(spec.shape.as_list())} but the data gives "
                     f"batches of shape {_shape_of(xd)}. Reshape the data (e.g. add the channel axis) or "
@@ -354,9 +361,71 @@ def _is_weighted_point(dp, io: ModelIO) -> bool:
     return len(dp) == 3 and (n_flat != 3 or any(_is_structure(c) for c in dp))
 
 
+def _keras_rank_fix(data_shape: tuple, model_shape) -> Optional[str]:
+    """What a functional Keras model does to an input of another rank than its ``Input``: 'expand'
+    (one axis short, the Input's last axis is 1), 'squeeze' (one axis more, of size 1), else None."""
+    model_shape = tf.TensorShape(model_shape)
+    if model_shape.rank is None:
+        return None
+    if len(data_shape) == model_shape.rank - 1 and model_shape[-1] == 1:
+        return "expand"
+    if len(data_shape) == model_shape.rank + 1 and data_shape[-1] == 1:
+        return "squeeze"
+    return None
+
+
+def _cast_tensor(t, dtype: tf.DType, what: str):
+    """``t`` cast to ``dtype`` (Keras's conversion of its inputs), with an assertion that no value
+    changes (the house rule of :mod:`kerastrainer.utils.casting`: an int64 id beyond 2**24 in
+    float32, a fraction made an int, a float64 beyond float32's range raise when the batch is read)."""
+    src, dst = np.dtype(t.dtype.as_numpy_dtype), np.dtype(dtype.as_numpy_dtype)
+    checks = []
+    if src.kind in "biuf" and dst.kind in "biuf":
+        if dst.kind in "iu" and src.kind == "f":
+            checks.append(tf.reduce_all(tf.equal(t, tf.round(t))))
+        limit = _cast_limit(src, dst) if src.kind != "b" else None
+        if limit is not None:   # (NaN compares False: NaN stays NaN)
+            low, high = limit
+            checks.append(tf.logical_not(tf.reduce_any(tf.logical_or(t < tf.cast(low, t.dtype),
+                                                                     t > tf.cast(high, t.dtype)))))
+    if not checks:
+        return tf.cast(t, dtype)
+    ok = tf.reduce_all(tf.stack(checks))
+    message = f"{what}: a value of the data changes in the cast from {src.name} to {dst.name}; fix the data"
+    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
+        return tf.cast(t, dtype)
+
+
+def _conform(c, spec: tf.TensorSpec, is_input: bool):
+    """``c`` as a functional model converts its input: the ``Input``'s rank (see
+    :func:`_keras_rank_fix`) and, for a tensor (a ``tf.data`` pipeline), its dtype (numpy arrays
+    are cast, keeping every value, where they become tensors)."""
+    tensor = tf.is_tensor(c)
+    if not tensor:
+        c = np.asarray(c)
+    rank, c_rank = spec.shape.rank, (c.shape.rank if tensor else c.ndim)
+    if is_input and rank is not None and c_rank is not None and c_rank != rank:
+        fix = _keras_rank_fix(tuple(c.shape), spec.shape)
+        if fix == "expand":
+            c = tf.expand_dims(c, -1) if tensor else np.expand_dims(c, -1)
+        elif fix == "squeeze":
+            c = tf.squeeze(c, -1) if tensor else np.squeeze(c, -1)
+    if tensor and c.dtype != spec.dtype:
+        c = _cast_tensor(c, spec.dtype, f"{'input' if is_input else 'target'} {spec.name}")
+    return c
+
+
 def flatten_xy(dp, io: ModelIO) -> list:
     """The flat ``[inputs..., targets...(, weights...)]`` of one datapoint (numpy arrays or tensors):
-    ``(x, y)``, ``(x, y, sample_weight)``, ``(x,)``, a flat list or a dict."""
+    ``(x, y)``, ``(x, y, sample_weight)``, ``(x,)``, a flat list or a dict; each component in its
+    spec's dtype, and an input of the rank its ``Input`` takes where Keras's functional model
+    adjusts it (integer token ids into a float ``Input`` are cast, as Keras casts them)."""
+    flat = _flatten_xy(dp, io)
+    n_in = len(io.input_specs)
+    return [_conform(c, spec, i < n_in) for i, (c, spec) in enumerate(zip(flat, io.signature))] + flat[len(io.signature):]
+
+
+def _flatten_xy(dp, io: ModelIO) -> list:
     n_in, n_t = len(io.input_specs), len(io.target_outputs)
     if isinstance(dp, dict):
         keys = io.input_keys or io.input_names
