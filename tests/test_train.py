@@ -625,13 +625,41 @@ def test_config_numbers_are_whole_and_resume_says_what_it_overrides(logdir, kt_l
         launch_train_with_config(TrainConfig(model=MLP(), dataflow=LinearData(), callbacks=[ModelSaver()],
                                              extra_callbacks=[], monitors=[], max_epoch=1), SimpleTrainer())
         kt_log.clear()
-        AutoResumeTrainConfig(model=MLP(), dataflow=LinearData(), session_init={"fc1/W": np.zeros((8, 16))},
-                              starting_epoch=3, max_epoch=5, always_resume=False)
+        cfg = AutoResumeTrainConfig(model=MLP(), dataflow=LinearData(), session_init={"fc1/W": np.zeros((8, 16))},
+                                    starting_epoch=3, max_epoch=5, always_resume=False)
+        assert cfg.resumed_from is None   # looked for at launch
+        cfg.resolve_resume()               # what launch_train_with_config does first
+        assert cfg.resumed_from is not None and cfg.starting_epoch == 2
     finally:
         logger.unset_logger_dir()
     warned = kt_log.warnings()
     assert "always_resume=False): kerastrainer never asks" in warned
     assert "session_init and starting_epoch given, but a checkpoint to resume was found" in warned, warned
+
+
+def test_auto_resume_is_decided_at_launch_in_the_log_directory_set_then(logdir, tmp_path):
+    logger.set_logger_dir(logdir, "d")
+    try:
+        launch_train_with_config(TrainConfig(model=MLP(), dataflow=LinearData(), callbacks=[ModelSaver()],
+                                             extra_callbacks=[], monitors=[], max_epoch=1), SimpleTrainer())
+    finally:
+        logger.unset_logger_dir()
+    # made before any log directory is set (a program that builds its config first): no scan yet
+    cfg = AutoResumeTrainConfig(model=MLP(), dataflow=LinearData(), extra_callbacks=[], monitors=[], max_epoch=2)
+    logger.set_logger_dir(logdir, "k")
+    try:
+        t = launch_train_with_config(cfg, SimpleTrainer())
+    finally:
+        logger.unset_logger_dir()
+    assert cfg.resumed_from is not None and t.global_step == 40   # epoch 1 from the checkpoint, epoch 2 trained
+    # the same config launched in an empty directory starts afresh
+    logger.set_logger_dir(str(tmp_path / "empty"), "d")
+    try:
+        cfg2 = AutoResumeTrainConfig(model=MLP(), dataflow=LinearData(), extra_callbacks=[], monitors=[], max_epoch=1)
+        t2 = launch_train_with_config(cfg2, SimpleTrainer())
+    finally:
+        logger.unset_logger_dir()
+    assert cfg2.resumed_from is None and t2.global_step == 20
 
 
 def test_auto_resume_continues_step_epoch_and_optimizer(logdir):

@@ -5,9 +5,13 @@ tensors of one batch *inside* the traced step, so that no Python runs between
 steps. The trainer uses it like this::
 
     source.setup(input_signature)      # eagerly, before tracing: queues, checks
-    callbacks += source.get_callbacks()   # start threads before training, stop after
     ... inside the traced step, once per replica:
     tensors = source.get_input_tensors()
+    source.start(strategy)             # the fit loop, when training starts: producer threads
+    source.close()                     # the fit loop, when training ends, however it ends
+
+Its life belongs to the fit loop (``train/loop.py``); its callbacks (``get_callbacks``) only
+report on it (the queue's fill level).
 
 ``FeedInput`` is the exception: it sets ``requires_feed`` and the trainer passes
 ``next_feed()`` as arguments of each call (one step per call; the slow baseline).
@@ -27,8 +31,7 @@ __all__ = ["InputSource", "InputCallbacks", "InputSourceError", "check_datapoint
 
 
 class InputCallbacks(list):
-    """What :meth:`InputSource.setup` returns: the source's callbacks (start and stop its threads),
-    and the source itself (``.source``), so that a custom trainer that registers them knows which
+    """What :meth:`InputSource.setup` returns: the source's callbacks (reports on it), and the source itself (``.source``), so that a custom trainer that registers them knows which
     input it trains on."""
 
     def __init__(self, source: "InputSource"):
@@ -150,8 +153,12 @@ class InputSource:
         return self._get_input_tensors()
 
     def get_callbacks(self) -> List[Callback]:
-        """Callbacks that start the source before training and stop it after."""
+        """Callbacks that report on the source while it trains (its queue's fill level)."""
         return []
+
+    def start(self, strategy: Optional[tf.distribute.Strategy] = None) -> None:
+        """Start producing batches (threads) for the replicas of ``strategy``; the fit loop calls it
+        when training starts, and :meth:`close` when it ends. Safe to call more than once."""
 
     def size(self) -> int:
         """Batches in one pass of the data; NotImplementedError when unknown."""

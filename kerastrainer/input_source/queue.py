@@ -23,24 +23,18 @@ class DataFlowEndedError(InputSourceError):
     """The DataFlow stopped producing datapoints while training still needed them."""
 
 
-class _StartStopCallback(Callback):
-    """Starts the source's thread before training, reports its queue, stops it after."""
+class _QueueSizeReport(Callback):
+    """Puts the source's queue size in the monitors after each epoch."""
 
     _chief_only = False
 
     def __init__(self, source):
         self.source = source
 
-    def _before_train(self):
-        self.source.start()
-
     def _trigger_epoch(self):
         size = self.source.queue_size()
-        if size is not None and self.trainer is not None and getattr(self.trainer, "monitors", None):
+        if size is not None and self.trainer.monitors is not None:
             self.trainer.monitors.put_scalar(f"{self.source.name}/queue_size", size)
-
-    def _after_train(self):
-        self.source.close()
 
 
 def _declared_length(ds) -> Optional[int]:
@@ -106,10 +100,10 @@ class QueueInput(InputSource):
         return len(self.ds)
 
     def get_callbacks(self):
-        return [_StartStopCallback(self)]
+        return [_QueueSizeReport(self)]
 
     # --- the producer thread --------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, strategy=None) -> None:
         if self._thread is not None:
             return
         self._thread = threading.Thread(target=self._produce, name=f"{self.name}-EnqueueThread", daemon=True)

@@ -40,6 +40,9 @@ class _RemappedInput(InputSource):
     def size(self) -> int:
         return self._input.size()
 
+    def start(self, strategy=None) -> None:
+        self._input.start(strategy)
+
     def close(self) -> None:
         self._input.close()
 

@@ -8,7 +8,6 @@ from typing import Dict, List, Optional
 
 import tensorflow as tf
 
-from ..callbacks.base import Callback
 from ..utils import logger
 from ..utils.concurrency import join_thread
 from ..utils.devices import current_device, current_replica_index, device_type
@@ -24,21 +23,6 @@ def _local_device(device: str) -> str:
     """``'/device:GPU:1'`` for any name of that device of this process (a replica's full
     name, a tf.function's, an eager op's, or ``'/gpu:1'``)."""
     return f"/device:{device_type(device)}:{tf.DeviceSpec.from_string(device).device_index or 0}"
-
-
-class _StartStaging(Callback):
-    """Before the first step: find each replica's device and start staging batches there."""
-
-    _chief_only = False
-
-    def __init__(self, staging: "StagingInput"):
-        self.staging = staging
-
-    def _before_train(self):
-        self.staging.start(self.trainer.strategy)
-
-    def _after_train(self):
-        self.staging.stop()
 
 
 class StagingInput(InputSource):
@@ -101,6 +85,7 @@ class StagingInput(InputSource):
         self._error: Optional[BaseException] = None
         self._error_tb = ""
         self._closed = False
+        self._started = False
 
     @property
     def batch_size(self):
@@ -113,7 +98,7 @@ class StagingInput(InputSource):
         return self.input.size()
 
     def get_callbacks(self):
-        return self.input.get_callbacks() + [_StartStaging(self)]
+        return self.input.get_callbacks()
 
     # --- devices ---------------------------------------------------------------------------
     def _staging_device(self) -> str:
@@ -145,8 +130,14 @@ class StagingInput(InputSource):
         return [found[i] for i in sorted(found)]
 
     # --- starting and stopping -------------------------------------------------------------
-    def start(self, strategy) -> None:
-        """Called once before training: stage the first batches on every tower."""
+    def start(self, strategy=None) -> None:
+        """Start the wrapped input, then stage the first batches on every tower of ``strategy``
+        (the fit loop calls it when training starts; again, it does nothing)."""
+        self.input.start(strategy)
+        if self._started:
+            return
+        self._started = True
+        strategy = strategy or tf.distribute.get_strategy()
         devices = self._replica_staging_devices(strategy)
         active = [d for d in devices if self._active_on(d)]
         if not active:

@@ -7,19 +7,11 @@ from typing import List
 import numpy as np
 import tensorflow as tf
 
-from ..callbacks.trainer_view import TrainerView
 from ..input_source.base import InputSource
 from .base import OfflinePredictor
 from .config import PredictConfig
 
 __all__ = ["FeedfreePredictor"]
-
-
-class _SourceHost(TrainerView):
-    """The little of a trainer that an InputSource's start/stop callbacks use."""
-
-    def __init__(self):
-        self.strategy = tf.distribute.get_strategy()
 
 
 class FeedfreePredictor:
@@ -54,16 +46,10 @@ class FeedfreePredictor:
         specs = {s.name: s for s in config.model.get_input_signature()}
         self.input_source = input_source
         input_source.setup([specs[n] for n in config.input_names])
-        # the source's callbacks start its producer threads, as a trainer's before_train would
-        self._callbacks = input_source.get_callbacks()
-        host = _SourceHost()
-        for cb in self._callbacks:
-            cb.setup_graph(host)
-        for cb in self._callbacks:
-            cb.before_train()
+        input_source.start(tf.distribute.get_strategy())   # its producer threads, as the fit loop would
         # tensorpack's programs never close their predictor: stop the source's threads (and a
         # DataFlow's workers) once the predictor is garbage, or at exit
-        self._finalizer = weakref.finalize(self, _stop_source, self._callbacks, input_source)
+        self._finalizer = weakref.finalize(self, input_source.close)
 
     def __call__(self) -> List[np.ndarray]:
         try:
@@ -82,9 +68,3 @@ class FeedfreePredictor:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _stop_source(callbacks, input_source: InputSource) -> None:
-    for cb in callbacks:
-        cb.after_train()
-    input_source.close()

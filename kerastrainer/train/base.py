@@ -312,7 +312,7 @@ class Trainer(TrainerView):
 
     def setup_callbacks(self, callbacks: Sequence[Callback], monitors: Sequence[Callback]) -> None:
         from ..callbacks.group import Callbacks
-        from ..callbacks.monitor import Monitors
+        from ..callbacks.monitor_group import Monitors
         cbs = list(callbacks) + list(self.input.get_callbacks())
         self.monitors = Monitors(list(monitors))
         cbs.append(self.monitors)

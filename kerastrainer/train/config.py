@@ -77,6 +77,9 @@ class TrainConfig:
             raise ValueError(f"steps_per_epoch must be positive; got {steps_per_epoch}")
 
 
+    def resolve_resume(self) -> None:
+        """Decide, at launch, where training resumes from (nothing here; AutoResumeTrainConfig)."""
+
     def check_has_data(self) -> None:
         if self.data is None and self.dataflow is None:
             raise ValueError("TrainConfig has no data: give dataflow= (a DataFlow) or data= (an InputSource).")
@@ -106,7 +109,8 @@ class AutoResumeTrainConfig(TrainConfig):
     training resumes from it: weights, optimizer state, global step, and the epoch
     (``starting_epoch`` becomes the saved epoch + 1), so hyper-parameter schedules
     pick up where they were. ``session_init`` and ``starting_epoch`` given by the user
-    apply only when there is nothing to resume.
+    apply only when there is nothing to resume. The checkpoint is looked for when training
+    is launched, in the log directory set then (not when the config is made).
 
     The checkpoint used is the newest that reads back whole and holds only finite
     values (damaged or NaN ones are skipped, with a warning naming them); it must
@@ -130,32 +134,41 @@ class AutoResumeTrainConfig(TrainConfig):
             logger.warning("AutoResumeTrainConfig(always_resume=False): kerastrainer never asks; it resumes from "
                            "the latest checkpoint when there is one. Use TrainConfig to start afresh.")
         super().__init__(**kwargs)
+        self.hyperparams = hyperparams
+        self.resumed_from: Optional[str] = None
+        self._made_session_init = self.session_init
+        self._resume_init = None
+
+    def resolve_resume(self) -> None:
+        """Find the checkpoint to resume from, in the log directory of the launch (called by
+        ``launch_train_with_config``: a program may set the directory, ``session_init`` or
+        ``starting_epoch`` after making the config)."""
         logdir = logger.get_logger_dir()
         if logdir is None:
             logger.warning("AutoResumeTrainConfig: no log directory is set, so there is nothing to resume.")
             return
         from ..tfutils.sessinit import find_resumable_checkpoint
-        init = find_resumable_checkpoint(logdir, hyperparams=hyperparams)
+        init = find_resumable_checkpoint(logdir, hyperparams=self.hyperparams)
         if init is None:
             logger.info("AutoResumeTrainConfig: no checkpoint in %s; training starts afresh.", logdir)
             return
         epoch, step = init.epoch, init.global_step
-        overridden = [k for k, given in (("session_init", self._given_session_init),
-                                         ("starting_epoch", kwargs.get("starting_epoch", 1) != 1 and epoch is not None))
+        given_init = self.session_init is not self._resume_init and (
+            self._given_session_init or self.session_init is not self._made_session_init)
+        overridden = [k for k, given in (("session_init", given_init),
+                                         ("starting_epoch", self.starting_epoch != 1 and epoch is not None))
                       if given]
         if overridden:
             logger.warning("AutoResumeTrainConfig: %s given, but a checkpoint to resume was found (%s): the "
                            "checkpoint wins; %s apply only when there is nothing to resume. Use TrainConfig to "
                            "load them on purpose.", " and ".join(overridden), init.path, " and ".join(overridden))
-        self.session_init = init
+        self.session_init = self._resume_init = init
         if epoch is not None:
             self.starting_epoch = epoch + 1
         self.resumed_from = init.path
         if epoch is not None and epoch >= self.max_epoch:
-            self.nothing_to_train = (
-                f"Auto-resume: nothing to train: finished at epoch {epoch} (checkpoint {init.path}, "
-                f"global step {step}); use a new log dir or a larger max_epoch (now {self.max_epoch}).")
-            logger.warning("%s", self.nothing_to_train)
+            logger.warning("Auto-resume: nothing to train: finished at epoch %s (checkpoint %s, global step %s); "
+                           "use a new log dir or a larger max_epoch (now %d).", epoch, init.path, step, self.max_epoch)
         else:
             logger.info("Auto-resume: resuming %s from %s: global step %s, epoch %s done; training "
                         "continues at epoch %d.", logdir, os.path.basename(init.path), step, epoch,

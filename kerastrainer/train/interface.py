@@ -43,6 +43,7 @@ def launch_train_with_config(config: TrainConfig, trainer: Trainer) -> Trainer:
         launch_train_with_config(TrainConfig(model=M(), dataflow=df, max_epoch=5), SimpleTrainer())
     """
     config.check_launchable(trainer)
+    config.resolve_resume()   # the log directory of this launch decides
     # from set-up on, a Ctrl-C swallowed by a finalizer is sent again (the trainer's loop installs
     # its own handler later)
     keep_interrupts_from_finalizers()

@@ -2,7 +2,8 @@
 trainer. It owns the counters (``epoch_num``, ``global_step``, ``local_step``,
 ``last_call_steps``, ``last_step_outputs``, which it writes on the trainer for callbacks to
 read), the callbacks' step and epoch hooks, the stop signals (Ctrl-C, SIGTERM), publishing the
-step's histograms and images, and closing the input when the loop ends.
+step's histograms and images, and the input's life while it runs (started before the first
+callback hook, cancelled by a stop signal, closed when the loop ends).
 
 It drives the trainer's :class:`~.step_runner.StepRunner` (``trainer.step_runner``) and leaves
 to others: what a step computes (the runner), how many steps a call runs (the trainer's
@@ -133,6 +134,7 @@ class FitLoop:
         t.loop_completed = False   # for after_train: the loop ended (all epochs, or a callback's stop)
         try:
             stop.setting_up = False   # from here on, a Ctrl-C between calls is raised at once
+            t.input.start(t.strategy)   # producer threads; closed below, however the loop ends
             cbs.before_train()
             for t.epoch_num in range(t.starting_epoch, t.max_epoch + 1):
                 logger.info("Start Epoch %d ...", t.epoch_num)
