@@ -220,3 +220,66 @@ def test_data_one_axis_short_of_the_input_gets_it_as_keras(form):
     km = KerasModel(model)
     km.compile(keras.optimizers.SGD(0.1), xent)
     _close(km.evaluate(x, y, verbose=0), ref.evaluate(x, y, verbose=0))
+
+
+# --- item 9: a model with its own train_step, given x alone -----------------------------------------
+class AutoEncoder(keras.Model):
+    """keras-io's VAE pattern: ``fit(x)`` without targets, ``train_step`` takes the data as they come
+    (a per-sample sum: a 1-tuple ``(x,)`` would broadcast into another number, silently)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = keras.layers.Dense(3, activation="tanh")
+        self.dec = keras.layers.Dense(6)
+        self.tracker = keras.metrics.Mean(name="loss")
+
+    @property
+    def metrics(self):
+        return [self.tracker]
+
+    def call(self, x):
+        return self.dec(self.enc(x))
+
+    def train_step(self, data):
+        if isinstance(data, dict):
+            data = data["image"]
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(keras.ops.sum(keras.ops.square(data - self(data)), axis=1))
+        grads = tape.gradient(loss, self.trainable_weights)
+        self.optimizer.apply(grads, self.trainable_weights)
+        self.tracker.update_state(loss)
+        return {"loss": self.tracker.result()}
+
+
+class ImageBatches(keras.utils.PyDataset):
+    def __init__(self, x, as_dict):
+        super().__init__()
+        self.x, self.as_dict = x, as_dict
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        batch = self.x[i * 8:(i + 1) * 8]
+        return {"image": batch} if self.as_dict else batch   # Keras: a dict as it is, an array as (x,)
+
+
+@pytest.mark.parametrize("form", ["array", "dict", "dataset", "pydataset_array", "pydataset_dict"])
+def test_own_train_step_given_x_alone_receives_what_keras_gives(form):
+    x = np.random.RandomState(0).randn(32, 6).astype("float32")
+
+    def build():
+        m = AutoEncoder()
+        m(x[:1])
+        return m
+    ref, model = _twins(build)
+    data, fit_kw = {"array": (x, dict(batch_size=8)), "dict": ({"image": x}, dict(batch_size=8)),
+                    "dataset": (tf.data.Dataset.from_tensor_slices(x).batch(8), {}),
+                    "pydataset_array": (ImageBatches(x, False), {}), "pydataset_dict": (ImageBatches(x, True), {})}[form]
+    ref.compile(keras.optimizers.SGD(0.1))
+    km = KerasModel(model)
+    km.compile(keras.optimizers.SGD(0.1))
+    h_ref = ref.fit(data, epochs=2, shuffle=False, verbose=0, **fit_kw)
+    h = km.fit(data, epochs=2, shuffle=False, **QUIET, **fit_kw)
+    _close(h.history["loss"], h_ref.history["loss"])
+    _same_weights(ref, model)

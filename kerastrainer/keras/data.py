@@ -139,6 +139,7 @@ class PyDatasetFlow(DataFlow):
 
     def __init__(self, pyds):
         self.pyds = pyds
+        self.bare_x = None   # whether the first item was a dict of inputs alone, once read
 
     def __len__(self) -> int:
         n = getattr(self.pyds, "num_batches", None)
@@ -147,6 +148,8 @@ class PyDatasetFlow(DataFlow):
     def __iter__(self):
         for i in range(len(self)):
             item = self.pyds[i]
+            if self.bare_x is None:   # (Keras wraps a bare array as (x,), and keeps a dict as it is)
+                self.bare_x = isinstance(item, dict)
             yield tuple(item) if isinstance(item, (list, tuple)) else (item,)
         end = getattr(self.pyds, "on_epoch_end", None)
         if callable(end):
@@ -336,11 +339,19 @@ class KerasData:
     Use :func:`as_keras_data` to make one.
     """
 
-    def __init__(self, kind: str, source, first, steps: Optional[int]):
+    def __init__(self, kind: str, source, first, steps: Optional[int], bare_x: bool = False):
         self.kind = kind            # 'dataflow' or 'dataset'
         self.source = source
         self.first = first          # the first datapoint: (x, y) or a flat list / dict
         self.steps = steps          # global batches in one pass, or None when unknown
+        # the data are x alone, given bare (an array or a dict of arrays, a PyDataset's dict) and read
+        # as (x,): Keras hands such data to a train_step as x itself (pack_x_y_sample_weight's rule)
+        self.bare_x = bool(bare_x)
+
+    @property
+    def step_first(self):
+        """The first batch as Keras hands it to a model's own ``train_step``."""
+        return self.first[0] if self.bare_x else self.first
 
     def flat_dataflow(self, flatten: Callable, with_share: bool = False) -> DataFlow:
         """A DataFlow of flat numpy batches ``[inputs..., targets...]`` (global batches), ending
@@ -444,7 +455,7 @@ def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool 
     if isinstance(data, keras.utils.PyDataset):
         _no_batch_size(batch_size, "a keras.utils.PyDataset")
         flow = _Peeked(PyDatasetFlow(data))
-        return KerasData("dataflow", flow, flow.peek(), _dataflow_len(flow))
+        return KerasData("dataflow", flow, flow.peek(), _dataflow_len(flow), bare_x=_read_bare(flow))
     if is_dataflow(data):
         _no_batch_size(batch_size, "a DataFlow")
         flow = _Peeked(data)
@@ -466,9 +477,15 @@ def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool 
     except TypeError as e:
         raise TypeError(f"Cannot read the data as numpy arrays: {e}") from e
     first = flow.batch(slice(0, flow.batch_size))
+    bare = y is None and not isinstance(data, (list, tuple))
     if arrays_as_dataset:
-        return KerasData("dataset", _arrays_dataset(flow), first, len(flow))
-    return KerasData("dataflow", flow, first, len(flow))
+        return KerasData("dataset", _arrays_dataset(flow), first, len(flow), bare_x=bare)
+    return KerasData("dataflow", flow, first, len(flow), bare_x=bare)
+
+
+def _read_bare(flow: "_Peeked") -> bool:
+    """Whether the peeked first item of a PyDataset was x alone, as Keras keeps it (a dict)."""
+    return bool(getattr(flow.ds, "bare_x", False))
 
 
 def _is_arrays(data) -> bool:

@@ -591,7 +591,7 @@ class KerasModel(KerasEvaluation):
                 "is not supported: validation would have to run its test_step inside the trainer. Call "
                 "KerasModel.evaluate(data) after fit (it runs the model's own evaluate).")
         # (an unbuilt model builds in the trainer's first trace of its step, on the trainer's strategy)
-        desc = KerasOwnStepDesc(model, data.first)
+        desc = KerasOwnStepDesc(model, data.step_first)
         source, steps = data.make_input(desc.flatten, self._replicas(trainer), worker)
         if run["steps_per_epoch"] is None:
             if steps is None:

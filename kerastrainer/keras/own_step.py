@@ -10,7 +10,8 @@ steps per call, every replica), applies no update of its own (the step's optimiz
 divides the loss by the number of replicas), reports the dict the step returns, saves every
 optimizer the model holds (``optimizer/<attribute>/...``), and resets the model's metrics at the
 start of each epoch, as ``fit`` does. Data reach ``train_step`` in the structure the data have
-(``(x, y)``, ``(x, y, sample_weight)``, ``x``...), each replica its part of the global batch.
+(``(x, y)``, ``(x, y, sample_weight)``; for ``fit(x)`` without ``y``, ``x`` itself where Keras hands
+over ``x``: an array or a dict, not ``(x,)``), each replica its part of the global batch.
 
 Left to others: the standard path (compile's loss and metrics computed by kerastrainer:
 :mod:`.adapter`), the data forms (:mod:`.data`), placing variables on a strategy
