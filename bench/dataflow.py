@@ -29,11 +29,18 @@ Two measures, each system in its own fresh process, interleaved, 3 repeats, medi
      imgaug path, to tell augmentor overhead from IPC overhead.
    OpenCV runs single-threaded everywhere (``cv2.setNumThreads(1)``): 2 workers on 2 cores.
 
+3. Serializer reads (``--only serialize``, in this process, no references): files written by
+   LMDBSerializer, HDF5Serializer and NumpySerializer, opened and read back in file order;
+   MB/s of datapoint bytes, median of the repeats (the file in the page cache). Two shapes of data: many small datapoints
+   (32x32x3 uint8 + int label, CIFAR-like) and fewer large ones (224x224x3 uint8 + label).
+   Run it with ``PYTHONPATH=<another checkout>`` to compare two versions of the readers.
+
 Run (after ``bash bench/setup_env.sh`` for the references)::
 
     python bench/dataflow.py                      # both measures, 3 repeats (~4-5 min)
     python bench/dataflow.py --only ipc --repeats 5 --ipc-batches 400
     python bench/dataflow.py --only jpeg --jpeg-batches 40
+    python bench/dataflow.py --only serialize --repeats 5
 
 Without the bench venv, the references are shown as "not run".
 """
@@ -61,7 +68,7 @@ CROP_RATIO = (0.75, 1.333)
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", choices=["ipc", "jpeg"], help="run one of the two measures")
+    p.add_argument("--only", choices=["ipc", "jpeg", "serialize"], help="run one of the measures")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--ipc-batches", type=int, default=200, help="timed batches per IPC run")
     p.add_argument("--jpeg-batches", type=int, default=30, help="timed batches per JPEG run")
@@ -484,6 +491,71 @@ def run_jpeg(args) -> None:
     print(C.goal_line("less CPU per image than every reference", ahead_cpu), flush=True)
 
 
+# ============================================================================
+# serializer reads
+# ============================================================================
+
+SER_DATA = {"small 32x32x3 x 20000": ((32, 32, 3), 20000), "large 224x224x3 x 400": ((224, 224, 3), 400)}
+
+
+def _ser_dataflow(shape, n):
+    import numpy as np
+    from kerastrainer.dataflow import DataFromGenerator
+
+    def gen():
+        rng = np.random.RandomState(0)
+        for i in range(n):
+            yield [rng.randint(0, 255, shape, np.uint8), i]
+    return DataFromGenerator(gen, size=n)
+
+
+def _ser_read_rate(load, path: str, nbytes: int, repeats: int):
+    """MB/s of opening the file and reading one epoch, by wall time and by this process's CPU time
+    (medians of ``repeats``; the file is in the page cache). The CPU-time rate is the steadier one
+    on a machine that other work shares."""
+    wall, cpu = [], []
+    for _ in range(repeats + 1):
+        t0, c0 = time.perf_counter(), time.process_time()
+        ds = load(path)
+        ds.reset_state()
+        for _dp in ds:
+            pass
+        wall.append(nbytes / (time.perf_counter() - t0) / 1e6)
+        cpu.append(nbytes / max(time.process_time() - c0, 1e-9) / 1e6)
+        if hasattr(ds, "close"):
+            ds.close()
+    wall, cpu = sorted(wall[1:]), sorted(cpu[1:])   # the first one warms the page cache and the imports
+    return wall[len(wall) // 2], cpu[len(cpu) // 2]
+
+
+def run_serialize(args) -> None:
+    import numpy as np
+
+    import kerastrainer
+    from kerastrainer.dataflow.serialize import HDF5Serializer, LMDBSerializer, NumpySerializer
+    print(f"\n-- Serializer reads (kerastrainer from {os.path.dirname(kerastrainer.__file__)}): one epoch in file "
+          f"order, median of {args.repeats}", flush=True)
+    rows = []
+    tmp = tempfile.mkdtemp(prefix="kt-bench-ser-")
+    try:
+        for label, (shape, n) in SER_DATA.items():
+            nbytes = n * (int(np.prod(shape)) + 8)
+            for fmt, save, load in (
+                    ("LMDB", lambda df, p: LMDBSerializer.save(df, p), lambda p: LMDBSerializer.load(p, shuffle=False)),
+                    ("HDF5", lambda df, p: HDF5Serializer.save(df, p, ["img", "label"]),
+                     lambda p: HDF5Serializer.load(p, ["img", "label"], shuffle=False)),
+                    ("npz", lambda df, p: NumpySerializer.save(df, p), lambda p: NumpySerializer.load(p, shuffle=False))):
+                path = os.path.join(tmp, f"{fmt}-{n}")
+                save(_ser_dataflow(shape, n), path)
+                rate, cpu_rate = _ser_read_rate(load, path, nbytes, args.repeats)
+                rows.append([label, fmt, f"{rate:.0f}", f"{cpu_rate:.0f}"])
+                print(f"   {label:24s} {fmt:5s} {rate:8.0f} MB/s  {cpu_rate:8.0f} MB/s of CPU time", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    print(C.format_table(["data", "format", "read MB/s (wall)", "read MB/s (CPU time)"], rows), flush=True)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.child:
@@ -496,6 +568,8 @@ def main(argv=None) -> None:
         run_ipc(args)
     if args.only in (None, "jpeg"):
         run_jpeg(args)
+    if args.only in (None, "serialize"):
+        run_serialize(args)
 
 
 if __name__ == "__main__":

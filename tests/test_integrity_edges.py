@@ -210,3 +210,122 @@ def test_damaged_npz_weights_for_smartinit_name_the_file(tmp_path, damage):
         _truncate(path)
     with pytest.raises(ValueError, match=rf"SmartInit: {path!r} is damaged"):
         SmartInit(path)
+
+
+# --- item 3: our own serializers' files carry checksums -------------------------------------------
+@pytest.fixture
+def warnings_of_kerastrainer(caplog):
+    import logging
+
+    from kerastrainer.utils import logger
+    logger._logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="kerastrainer"):
+            yield caplog
+    finally:
+        logger._logger.removeHandler(caplog.handler)
+
+
+def _marked_dataflow(n=40):
+    # record i holds a slice of _MARK (unique bytes to find and damage on disk) and a small image
+    return _Once([[_MARK[i * 100:(i + 1) * 100].copy(), np.full((8, 8, 3), i, np.uint8), i] for i in range(n)])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_lmdb_bit_flip_is_an_error_naming_file_and_record(tmp_path, shuffle):
+    from kerastrainer.dataflow.serialize import LMDBSerializer
+    path = str(tmp_path / "data.lmdb")
+    LMDBSerializer.save(_marked_dataflow(), path)
+    _flip_inside(path, _MARK[1700:1800].tobytes())   # the first array of record 17
+    ds = LMDBSerializer.load(path, shuffle=shuffle)
+    ds.reset_state()
+    with pytest.raises(ValueError, match=rf"record 17 \(key b'00000017'\) of {path!r} fails its checksum"):
+        for _ in ds:
+            pass
+    ds.close()
+
+
+def test_hdf5_bit_flip_is_an_error_naming_file_and_record(tmp_path):
+    from kerastrainer.dataflow.serialize import HDF5Serializer
+    path = str(tmp_path / "data.h5")
+    HDF5Serializer.save(_marked_dataflow(), path, ["mark", "img", "label"])
+    _flip_inside(path, _MARK[2300:2400].tobytes())   # record 23 of dataset 'mark'
+    ds = HDF5Serializer.load(path, ["label", "mark"], shuffle=False)
+    ds.reset_state()
+    with pytest.raises(ValueError, match=rf"record 23 of dataset 'mark' in {path!r} fails its checksum"):
+        next(iter(ds))
+
+
+def test_hdf5_string_component_is_checksummed(tmp_path):
+    from kerastrainer.dataflow.serialize import HDF5Serializer
+    path = str(tmp_path / "names.h5")
+    HDF5Serializer.save(_Once([[f"name-{i:04d}-{'q' * 40}", i] for i in range(30)]), path, ["name", "i"])
+    _flip_inside(path, b"name-0012-" + b"q" * 40)
+    ds = HDF5Serializer.load(path, ["name", "i"], shuffle=False)
+    ds.reset_state()
+    with pytest.raises(ValueError, match=r"record 12 of dataset 'name'"):
+        list(ds)
+
+
+def test_checksummed_files_read_back_exactly(tmp_path, warnings_of_kerastrainer):
+    from kerastrainer.dataflow.serialize import HDF5Serializer, LMDBSerializer
+    want = list(_marked_dataflow(13))
+    LMDBSerializer.save(_Once(want), str(tmp_path / "a.lmdb"))
+    HDF5Serializer.save(_Once(want), str(tmp_path / "a.h5"), ["m", "img", "label"])
+    for ds in (LMDBSerializer.load(str(tmp_path / "a.lmdb"), shuffle=False),
+               HDF5Serializer.load(str(tmp_path / "a.h5"), ["m", "img", "label"], shuffle=False)):
+        ds.reset_state()
+        got = list(ds)
+        assert len(got) == 13
+        for g, w in zip(got, want):
+            assert (g[0] == w[0]).all() and (g[1] == w[1]).all() and int(g[2]) == w[2]
+    assert "checksum" not in warnings_of_kerastrainer.text
+
+
+def test_files_written_before_checksums_are_read_with_one_warning(tmp_path, warnings_of_kerastrainer):
+    import h5py
+    import lmdb
+
+    from kerastrainer.dataflow.serialize import HDF5Serializer, LMDBSerializer
+    # the layouts of the previous release: bare wire values and a bare list of keys; plain datasets
+    old_lmdb = str(tmp_path / "old.lmdb")
+    env = lmdb.open(old_lmdb, subdir=False, lock=False, map_size=1 << 22)
+    with env.begin(write=True) as txn:
+        keys = [b"%08d" % i for i in range(5)]
+        for i, k in enumerate(keys):
+            txn.put(k, wire.dumps([np.full(300, i), i]))
+        txn.put(b"__keys__", wire.dumps(keys))
+    env.close()
+    old_h5 = str(tmp_path / "old.h5")
+    with h5py.File(old_h5, "w") as hf:
+        hf.create_dataset("x", data=np.arange(10))
+    for _ in range(2):
+        ds = LMDBSerializer.load(old_lmdb, shuffle=False)
+        ds.reset_state()
+        assert [int(dp[1]) for dp in ds] == [0, 1, 2, 3, 4]
+        ds.close()
+        ds = HDF5Serializer.load(old_h5, ["x"], shuffle=False)
+        ds.reset_state()
+        assert [int(dp[0]) for dp in ds] == list(range(10))
+    text = warnings_of_kerastrainer.text
+    assert text.count("carries no checksums") == 2, text   # once per file, not per load or epoch
+    assert "old.lmdb" in text and "old.h5" in text
+
+
+@pytest.mark.parametrize("size", [300, 200, 150])
+def test_tfrecord_size_larger_than_the_file_is_an_error_not_repeats(tmp_path, size):
+    from kerastrainer.dataflow.serialize import TFRecordSerializer
+    path = str(tmp_path / "d.tfrecord")
+    TFRecordSerializer.save(_Once([[i] for i in range(200)]), path)
+    ds = TFRecordSerializer.load(path, size=size)
+    ds.reset_state()
+    if size > 200:
+        seen = []
+        with pytest.raises(ValueError, match=rf"{path!r} holds 200 records but size=300.*Give size=200"):
+            for dp in ds:
+                seen.append(dp[0])
+        assert seen == list(range(200))   # every record once, none repeated
+    else:
+        first, second = [dp[0] for dp in ds], [dp[0] for dp in ds]
+        assert first == list(range(size))
+        assert second == (list(range(200)) if size == 200 else list(range(150, 200)) + list(range(100)))

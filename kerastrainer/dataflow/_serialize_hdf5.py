@@ -1,8 +1,11 @@
 """The HDF5 format of :mod:`.serialize`: :class:`HDF5Serializer` and :class:`HDF5Data` (tensorpack's API).
 
 Owns: one HDF5 dataset per datapoint component (``data_paths`` names them; numbers,
-bools, numpy arrays or str of one shape in every datapoint), the checks on them, and the
-DataFlow that zips the datasets back into datapoints. ``h5py`` is imported only when used.
+bools, numpy arrays or str of one shape in every datapoint), the checks on them, the
+records' checksums (the dataset ``__kt_sum64__``: one row per datapoint, one column per
+component, named in its ``names`` attribute; the file attribute ``kerastrainer_format``
+says it is there), and the DataFlow that zips the datasets back into datapoints and checks
+every record against its checksum. ``h5py`` is imported only when used.
 
 Leaves to others: path checks, temporary files and the progress bar to
 :mod:`._serialize_files`. Import the names from :mod:`kerastrainer.dataflow.serialize`,
@@ -10,6 +13,7 @@ their documented path.
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Iterator, List
 
@@ -17,11 +21,23 @@ import numpy as np
 
 from ..utils import logger
 from ..utils.rng import get_rng
-from ._serialize_files import PathLike, existing_path, new_file_path, progress_bar, remove_quietly
+from ._serialize_files import (CHECKSUM, PathLike, existing_path, new_file_path, progress_bar, remove_quietly, sum64,
+                               sum64_rows, warn_no_checksum)
 from .base import RNGDataFlow, check_dataflow
 from .common import _try_size
 
 __all__ = ["HDF5Serializer", "HDF5Data"]
+
+_SUMS = "__kt_sum64__"
+_FORMAT_ATTR = "kerastrainer_format"
+_FORMAT = {"format": "kerastrainer-hdf5", "version": 2, "checksum": CHECKSUM}
+
+
+def _record_sums(column) -> np.ndarray:
+    """The checksum of each record of a column as stored: its bytes, or a str's UTF-8 bytes."""
+    if isinstance(column, np.ndarray) and column.dtype.kind == "O":
+        return np.array([sum64(v.encode("utf-8") if isinstance(v, str) else bytes(v)) for v in column], np.uint64)
+    return sum64_rows(np.ascontiguousarray(column))
 
 
 def _import_h5py():
@@ -92,8 +108,15 @@ class HDF5Serializer:
         tmp = f"{path}.tmp-{os.getpid()}"
         try:
             with h5py.File(tmp, "w") as hf:
+                sums = []
                 for name, col in zip(names, columns):
-                    hf.create_dataset(name, data=_hdf5_column(h5py, name, col, path))
+                    ds = hf.create_dataset(name, data=_hdf5_column(h5py, name, col, path))
+                    # the checksum of what a reader gets back, so read it back (the page cache has it)
+                    sums.append(_record_sums(ds.asstr()[()] if h5py.check_string_dtype(ds.dtype) else ds[()]))
+                hf.create_dataset(_SUMS, data=np.stack(sums, axis=1) if sums[0].size else
+                                  np.zeros((0, len(names)), np.uint64))
+                hf[_SUMS].attrs["names"] = json.dumps(names)
+                hf.attrs[_FORMAT_ATTR] = json.dumps(_FORMAT)
             os.replace(tmp, path)
         except BaseException:
             remove_quietly(tmp)
@@ -129,7 +152,8 @@ class HDF5Data(RNGDataFlow):
             for name in self.data_paths:
                 if name not in hf or not isinstance(hf[name], self._h5py.Dataset):
                     have = []
-                    hf.visit(lambda n: have.append(n) if isinstance(hf[n], self._h5py.Dataset) else None)
+                    hf.visit(lambda n: have.append(n) if isinstance(hf[n], self._h5py.Dataset) and n != _SUMS
+                             else None)
                     raise KeyError(f"HDF5Serializer.load: {self.path!r} has no dataset {name!r}; "
                                    f"it has {sorted(have)}")
                 lens[name] = hf[name].shape[0] if hf[name].shape else 0
@@ -145,9 +169,31 @@ class HDF5Data(RNGDataFlow):
             raise ValueError(f"HDF5Serializer.load: cannot read {self.path!r} as an HDF5 file ({e}); "
                              "is it damaged or truncated?") from None
 
+    def _stored_sums(self, hf):
+        """``{component: per-record checksums}`` of a file that has them, else None (with a warning)."""
+        if _FORMAT_ATTR not in hf.attrs:
+            warn_no_checksum(self.path, "HDF5Serializer")
+            return None
+        try:
+            fmt = json.loads(hf.attrs[_FORMAT_ATTR])
+            table = hf[_SUMS]
+            names = json.loads(table.attrs["names"])
+            sums = table[()]
+        except (KeyError, OSError, ValueError, TypeError) as e:
+            raise ValueError(f"HDF5Serializer.load: the checksums of {self.path!r} cannot be read ({e}); the file "
+                             "is damaged. Copy or write it again.") from None
+        if not isinstance(fmt, dict) or fmt.get("checksum") != CHECKSUM:
+            raise ValueError(f"HDF5Serializer.load: {self.path!r} is in format {fmt!r}; this kerastrainer reads "
+                             f"{_FORMAT}. Read it with the kerastrainer that wrote it.")
+        if sums.shape != (self._size, len(names)):
+            raise ValueError(f"HDF5Serializer.load: the checksum table of {self.path!r} has shape {sums.shape} for "
+                             f"{self._size} datapoints of {len(names)} components; the file is damaged.")
+        return {n: sums[:, j] for j, n in enumerate(names)}
+
     def _load_columns(self) -> None:
         cols = []
         with self._open() as hf:
+            stored = self._stored_sums(hf)
             for name in self.data_paths:
                 ds = hf[name]
                 try:
@@ -155,10 +201,24 @@ class HDF5Data(RNGDataFlow):
                 except (OSError, ValueError) as e:
                     raise ValueError(f"HDF5Serializer.load: cannot read dataset {name!r} of {self.path!r} "
                                      f"({e}); the file is damaged") from None
+                if stored is not None:
+                    self._check(name, arr, stored.get(name))
                 if isinstance(arr, np.ndarray):
                     arr.flags.writeable = False  # an in-place edit would change later epochs
                 cols.append(arr)
         self._columns, self._pid = cols, os.getpid()
+
+    def _check(self, name: str, column, expected) -> None:
+        if expected is None:   # a dataset added to the file by something else: nothing to check it with
+            logger.warning("HDF5Serializer.load: dataset %r of %s has no checksums; it was not written by "
+                           "HDF5Serializer.save", name, self.path)
+            return
+        bad = np.flatnonzero(_record_sums(column) != expected)
+        if bad.size:
+            shown = ", ".join(str(i) for i in bad[:5]) + (" ..." if bad.size > 5 else "")
+            raise ValueError(f"HDF5Serializer.load: record {bad[0]} of dataset {name!r} in {self.path!r} fails its "
+                             f"checksum ({bad.size} record(s) do: {shown}): the file is damaged (a flipped bit or a "
+                             "bad copy). Copy or write the file again.")
 
     def reset_state(self) -> None:
         super().reset_state()

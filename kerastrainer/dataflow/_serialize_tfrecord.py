@@ -1,7 +1,8 @@
 """The TFRecord format of :mod:`.serialize`: :class:`TFRecordSerializer` and :class:`TFRecordData`.
 
 Owns: one record of wire bytes per datapoint, and the DataFlow that reads the records back
-in file order (no stored length: ``load(path, size=n)``). TensorFlow is imported only when
+in file order (no stored length: ``load(path, size=n)``; a file found to hold fewer than
+``n`` records is an error naming it, never ``n`` datapoints made up by repeating records). TensorFlow is imported only when
 ``save`` is called or the DataFlow is iterated, so ``kerastrainer.dataflow`` stays TF-free.
 
 Leaves to others: path checks, temporary files and the progress bar to
@@ -68,11 +69,44 @@ class TFRecordSerializer:
     @staticmethod
     def load(path: PathLike, size: Optional[int] = None):
         """A DataFlow over the records of ``path`` in file order; with ``size``, epochs of exactly
-        ``size`` datapoints (``FixedSizeData``), else no ``len()``."""
+        ``size`` datapoints, else no ``len()``.
+
+        With ``size`` smaller than the file, each epoch goes on where the last one stopped
+        (tensorpack's ``FixedSizeData``). A file found to hold fewer than ``size`` records
+        raises ``ValueError`` naming it and its real count when the first pass ends: the
+        records are never repeated to make up an epoch.
+        """
         ds = TFRecordData(path)
         if size is not None:
-            return FixedSizeData(ds, size)
+            return _SizedTFRecordData(ds, size)
         return ds
+
+
+class _SizedTFRecordData(FixedSizeData):
+    """``FixedSizeData`` over a TFRecord file that checks the file holds ``size`` records."""
+
+    def __init__(self, ds: "TFRecordData", size: int):
+        super().__init__(ds, size)
+        self._tfrecord = ds
+
+    def _passes(self):
+        """The file's records, pass after pass; each pass must hold at least ``size`` records."""
+        while True:
+            n = 0
+            for dp in self._tfrecord:
+                n += 1
+                yield dp
+            if n < self._size:
+                raise ValueError(
+                    f"TFRecordSerializer.load: {self._tfrecord.path!r} holds {n} records but size={self._size} was "
+                    f"given; an epoch would repeat {self._size - n} of them. Give size={n} (the file's count).")
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._guard:
+            if self._itr is None or not self.keep_state:
+                self._itr = self._passes()
+            for _ in range(self._size):
+                yield next(self._itr)
 
 
 class TFRecordData(DataFlow):

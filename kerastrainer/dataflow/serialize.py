@@ -3,7 +3,8 @@ HDF5 and TFRecord (tensorpack 0.11's four serializers, same ``save``/``load`` ca
 
 - :class:`LMDBSerializer`: one LMDB file (``subdir=False``); datapoint ``i`` is
   stored under the key ``b'%08d' % i`` as :func:`kerastrainer.dataflow.wire.dumps`
-  bytes, and the entry ``b'__keys__'`` holds the list of keys in order. Reads are
+  bytes, and the entry ``b'__keys__'`` holds the format, the list of keys in order and
+  each record's checksum (followed by its own checksum; older files: the bare list). Reads are
   random access, so shuffling is cheap; good for datasets larger than memory.
   Needs the ``lmdb`` package (``pip install kerastrainer[lmdb]``).
 - :class:`NumpySerializer`: one ``.npz`` loaded whole into memory. Components that
@@ -20,6 +21,12 @@ HDF5 and TFRecord (tensorpack 0.11's four serializers, same ``save``/``load`` ca
 
 All write to a temporary file and rename it at the end, so an interrupted save
 leaves no half-written file, and all refuse to overwrite an existing path.
+
+Integrity: every record read is checked, and damage is a ``ValueError`` naming the file
+and the record. LMDB and HDF5 records carry a checksum (see
+:func:`._serialize_files.record_checksum` and :func:`._serialize_files.sum64`), ``.npz``
+members their zip CRC-32, TFRecord records TensorFlow's CRC. LMDB and HDF5 files written
+before checksums were added are still read, with one warning per file that they carry none.
 
 This module is the documented path of all eight names and holds the LMDB format; it
 leaves ``.npz`` to :mod:`._serialize_npz`, HDF5 to :mod:`._serialize_hdf5`, TFRecord to
@@ -39,11 +46,15 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from zlib import crc32
 from typing import Any, Iterator, List
+
+import numpy as np
 
 from ..utils import logger
 from . import wire
-from ._serialize_files import PathLike, existing_path, new_file_path, progress_bar, remove_quietly
+from ._serialize_files import (RECORD_CHECKSUM, SMALL_RECORD, PathLike, existing_path, new_file_path, progress_bar,
+                               record_checksum, remove_quietly, sum64, warn_no_checksum)
 from ._serialize_hdf5 import HDF5Data, HDF5Serializer
 from ._serialize_npz import NumpyData, NumpySerializer
 from ._serialize_tfrecord import TFRecordData, TFRecordSerializer
@@ -54,6 +65,15 @@ __all__ = ["LMDBSerializer", "NumpySerializer", "HDF5Serializer", "TFRecordSeria
            "HDF5Data", "TFRecordData"]
 
 _KEYS_ENTRY = b"__keys__"
+# in the keys entry, with the keys and the records' checksums: records are stored as before (older
+# readers read new files), and opening a file stays one lookup (each B-tree search of a damaged
+# file is one more chance of a SIGBUS). Files written before checksums hold the bare list of keys.
+_FORMAT = {"format": "kerastrainer-lmdb", "version": 2, "checksum": RECORD_CHECKSUM}
+_SUM_BYTES = 8
+
+
+def _with_checksum(value: bytes) -> bytes:
+    return value + sum64(value).to_bytes(_SUM_BYTES, "little")
 _LMDB_INITIAL_MAP_SIZE = 1 << 28  # grows by doubling as the file fills; sparse, so cheap to start big
 
 
@@ -100,17 +120,21 @@ class LMDBSerializer:
         try:
             df.reset_state()
             keys: List[bytes] = []
+            sums: List[int] = []
             pending = []
             with progress_bar(_try_size(df), "LMDBSerializer.save") as pbar:
                 for idx, dp in enumerate(df):
                     key = b"%08d" % idx
-                    pending.append((key, wire.dumps(dp)))
+                    value = wire.dumps(dp)
+                    pending.append((key, value))
+                    sums.append(record_checksum(value))
                     keys.append(key)
                     if len(pending) >= write_frequency:
                         _lmdb_commit(lmdb, env, pending)
                         pending = []
                     pbar.update(1)
-            pending.append((_KEYS_ENTRY, wire.dumps(keys)))
+            entry = dict(_FORMAT, keys=keys, sums=np.array(sums, np.uint64))
+            pending.append((_KEYS_ENTRY, _with_checksum(wire.dumps(entry))))
             _lmdb_commit(lmdb, env, pending)
             env.sync(True)
         except BaseException:
@@ -261,6 +285,8 @@ class LMDBData(RNGDataFlow):
         self.shuffle = bool(shuffle)
         self._env = None
         self._env_pid = None
+        self._checksummed = False
+        self._sums: List[int] = []
         env = self._acquire()
         try:
             self.keys = self._read_keys(env)
@@ -279,19 +305,57 @@ class LMDBData(RNGDataFlow):
         return ValueError(f"LMDBSerializer.load: {self.path!r} is damaged: {what}: {err}. "
                           "Copy or write the file again.")
 
+    def _keys_of(self, raw: bytes) -> List[bytes]:
+        """The keys, from the keys entry; sets whether the records carry checksums."""
+        self._checksummed = len(raw) > _SUM_BYTES and \
+            sum64(memoryview(raw)[:-_SUM_BYTES]) == int.from_bytes(raw[-_SUM_BYTES:], "little")
+        if self._checksummed:
+            entry = self._decode_keys(memoryview(raw)[:-_SUM_BYTES])
+            if not isinstance(entry, dict) or entry.get("checksum") != RECORD_CHECKSUM or "keys" not in entry \
+                    or len(entry.get("sums", ())) != len(entry["keys"]):
+                raise ValueError(f"LMDBSerializer.load: {self.path!r} is in format {str(entry)[:200]}; this "
+                                 f"kerastrainer reads {_FORMAT}. Read it with the kerastrainer that wrote it.")
+            keys, self._sums = entry["keys"], entry["sums"].tolist()
+        else:
+            keys = self._decode_keys(raw)   # a file written before checksums holds the bare list
+            if not isinstance(keys, list):
+                raise ValueError(f"LMDBSerializer.load: the {_KEYS_ENTRY!r} entry of {self.path!r} fails its "
+                                 "checksum: the file is damaged (a flipped bit or a bad copy). Copy or write the "
+                                 "file again.")
+            warn_no_checksum(self.path, "LMDBSerializer")
+        try:
+            return [bytes(k) for k in keys]
+        except TypeError:
+            raise ValueError(f"LMDBSerializer.load: the {_KEYS_ENTRY!r} entry of {self.path!r} is not a list of "
+                             "keys; the file is damaged or was written by another library.") from None
+
+    def _get(self, txn, key: bytes):
+        """A copy of the value of ``key`` (``txn`` made with ``buffers=True``), or None."""
+        value = txn.get(key)
+        if value is not None and len(value) > self._file_size:   # copying it would read past the map: SIGBUS
+            raise self._damaged(f"the {key!r} entry", f"claims {len(value)} bytes, more than the whole file")
+        return None if value is None else bytes(value)
+
+    def _checksum_error(self, k: int, key: bytes) -> ValueError:
+        return ValueError(f"LMDBSerializer.load: record {k} (key {key!r}) of {self.path!r} fails its checksum: "
+                          "the file is damaged (a flipped bit or a bad copy). Copy or write the file again.")
+
     def _read_keys(self, env) -> List[bytes]:
         try:
-            with env.begin() as txn:
-                raw = txn.get(_KEYS_ENTRY)
+            with env.begin(buffers=True) as txn:
+                raw = self._get(txn, _KEYS_ENTRY)
                 if raw is None:
                     logger.warning("LMDB %s has no %r entry (not written by LMDBSerializer); "
                                    "using all its keys in sorted order", self.path, _KEYS_ENTRY.decode())
+                    warn_no_checksum(self.path, "LMDBSerializer")
                     return [k for k in txn.cursor().iternext(keys=True, values=False) if k != _KEYS_ENTRY]
         except self._lmdb.Error as e:
             raise self._damaged(f"reading the {_KEYS_ENTRY!r} entry failed", e) from None
+        return self._keys_of(raw)
+
+    def _decode_keys(self, buf):
         try:
-            keys = wire.loads(raw)
-            return [bytes(k) for k in keys]
+            return wire.loads(buf)
         except (ValueError, TypeError) as e:
             raise ValueError(f"LMDBSerializer.load: the {_KEYS_ENTRY!r} entry of {self.path!r} is not in "
                              f"kerastrainer's wire format ({e}); was the file written by another library, "
@@ -319,23 +383,29 @@ class LMDBData(RNGDataFlow):
         if self._env is None or self._env_pid != os.getpid():
             self.reset_state()
         keys = self.keys
+        sums = self._sums if self._checksummed else None
         order = self.rng.permutation(len(keys)) if self.shuffle else range(len(keys))
+        file_size, loads, lmdb_error = self._file_size, wire.loads, self._lmdb.Error   # locals: the loop is hot
         with self._env.begin(buffers=True) as txn:
+            get = txn.get
             for k in order:
                 key = keys[k]
                 try:
-                    value = txn.get(key)
-                except self._lmdb.Error as e:
+                    value = get(key)
+                except lmdb_error as e:
                     raise self._damaged(f"reading key {key!r} failed", e) from None
                 if value is None:
                     raise KeyError(f"LMDB {self.path!r} lists key {key!r} in {_KEYS_ENTRY!r} but has no "
                                    "value for it; the file is damaged, write it again")
-                if len(value) > self._file_size:  # a damaged length: copying it would read past the map
+                if len(value) > file_size:  # a damaged length: copying it would read past the map
                     raise self._damaged(f"the value of key {key!r}",
                                         f"claims {len(value)} bytes, more than the whole file")
                 # one copy out of the memory map (the buffer dies with the transaction), writable arrays
+                buf = bytearray(value)   # the checksum then reads this copy from the cache
+                if sums is not None and (crc32(buf) if len(buf) < SMALL_RECORD else sum64(buf)) != sums[k]:
+                    raise self._checksum_error(k, key)   # (record_checksum, inlined: it runs per record)
                 try:
-                    dp = wire.loads(bytearray(value))
+                    dp = loads(buf)
                 except ValueError as e:
                     raise self._damaged(f"the value of key {key!r} cannot be decoded", e) from None
                 yield dp

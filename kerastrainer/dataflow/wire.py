@@ -131,11 +131,20 @@ def _check_shape(shape) -> int:
     return count
 
 
+_DTYPES: dict = {}   # checked plain dtype strings -> dtype: every array of every message pays the check
+
+
 def _dtype_from_wire(d) -> np.dtype:
+    if type(d) is str:
+        dt = _DTYPES.get(d)
+        if dt is not None:
+            return dt
     _check_descr(d)
     dt = np.dtype(d) if isinstance(d, str) else np.lib.format.descr_to_dtype(_tuplify(d))
     if dt.hasobject:
         raise ValueError("object dtype in a wire header")
+    if type(d) is str and len(_DTYPES) < 1024:   # bounded: a hostile peer's variety cannot grow it
+        _DTYPES[d] = dt
     return dt
 
 
@@ -268,14 +277,13 @@ def _decode(header: memoryview, buffers: Sequence[memoryview], where: str):
 
 # msgpack decodes its extension type -1 (Timestamp) itself, without calling ext_hook; its
 # encodings are fixext 4/8 and ext 8 of 12 bytes, all followed by the type byte 0xff
-_TIMESTAMP_MARKS = (b"\xd6\xff", b"\xd7\xff", b"\xc7\x0c\xff")
+_TIMESTAMP_MARK = re.compile(b"[\xd6\xd7]\xff|\xc7\x0c\xff")
 _DATA_TYPES = (type(None), bool, int, float, str, bytes, np.ndarray, np.generic)
 
 
 def _may_hold_timestamp(body: memoryview) -> bool:
-    # a C-speed scan; raw bytes can match by chance, then _check_types looks properly
-    raw = bytes(body)
-    return any(m in raw for m in _TIMESTAMP_MARKS)
+    # one C-speed scan, no copy; raw bytes can match by chance, then _check_types looks properly
+    return _TIMESTAMP_MARK.search(body) is not None
 
 
 def _check_types(obj) -> None:
