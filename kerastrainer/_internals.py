@@ -27,7 +27,8 @@ from typing import Callable, List, Optional
 __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_versions", "installed_versions",
            # Keras
            "keras_training_phase", "with_keras_random_state", "unscale_loss_for_distribution",
-           "keras_compile_loss", "keras_compile_metric", "tf_variable_of", "set_tf_variable_of",
+           "keras_compile_loss", "keras_compile_metric", "keras_losses_per_replica", "tf_variable_of",
+           "set_tf_variable_of",
            "rekey_optimizer_variables", "optimizer_trainable_variables", "optimizer_slot_lists",
            "optimizer_variable_index", "rmsprop_velocities", "install_batchnorm_moments",
            "require_batchnorm_moments", "batchnorm_reduction_axes", "clear_model_losses",
@@ -38,7 +39,7 @@ __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_version
            "convert_variables_to_constants", "fresh_tf1_variable_store", "keep_op_in_graph",
            "replace_op_input",
            # process-wide patches
-           "install_variable_assign_patch", "install_tf_summary_patch", "install_tf1_layers",
+           "install_variable_assign_patch", "install_tf_summary_patch", "restore_attributes", "install_tf1_layers",
            # TF1 default session (tensorpack custom trainers)
            "tf1_default_session", "give_tf1_op_name"]
 
@@ -101,12 +102,14 @@ def _keras():
     return keras
 
 
-def _tf():
+def _tf(patching_v1: bool = False):
     check_versions()
     import tensorflow as tf
-    # the first `import tensorflow.compat.v1` makes a new module object and rebinds tf.compat.v1 to it:
-    # made here, before any patch of tf.compat.v1, so that a program's later import sees the patches
-    import tensorflow.compat.v1  # noqa: F401
+    if patching_v1:
+        # the first `import tensorflow.compat.v1` makes a new module object and rebinds tf.compat.v1 to
+        # it: made before any patch of tf.compat.v1, so that a program's later import sees the patches
+        # (only then: the module's presence tells the TF1 layer that a program uses TF1's API)
+        import tensorflow.compat.v1  # noqa: F401
     return tf
 
 
@@ -192,6 +195,45 @@ def unscale_loss_for_distribution(value):
         raise _missing("keras.src.losses.loss.unscale_loss_for_distribution",
                        "every Keras mean loss would be divided by the number of replicas", e) from e
     return unscale(value)
+
+
+_per_replica = threading.local()
+_per_replica_patch = {"done": False}
+_per_replica_lock = threading.Lock()
+
+
+@contextmanager
+def keras_losses_per_replica():
+    """In this context, in this thread, a Keras loss (``Loss.__call__``, in a layer's ``add_loss``)
+    is not divided by the number of replicas: kerastrainer averages the replicas itself.
+
+    Keras divides a mean loss by the replicas inside ``keras.src.losses.loss`` with no switch; its
+    module function is wrapped once (a thread-local flag: replicas trace in threads of their own).
+    Raises :class:`InternalsError` when the function moved (an ``add_loss`` loss would be off by the
+    number of replicas)."""
+    _keras()
+    if not _per_replica_patch["done"]:
+        with _per_replica_lock:
+            if not _per_replica_patch["done"]:
+                try:
+                    from keras.src.losses import loss as loss_module
+                    original = loss_module.scale_loss_for_distribution
+                except (ImportError, AttributeError) as e:
+                    raise _missing("keras.src.losses.loss.scale_loss_for_distribution",
+                                   "an add_loss loss of a Keras Loss would be divided by the number of replicas",
+                                   e) from e
+
+                def scale(value):
+                    return value if getattr(_per_replica, "on", False) else original(value)
+                scale._kerastrainer_original = original
+                loss_module.scale_loss_for_distribution = scale
+                _per_replica_patch["done"] = True
+    before = getattr(_per_replica, "on", False)
+    _per_replica.on = True
+    try:
+        yield
+    finally:
+        _per_replica.on = before
 
 
 # identifiers whose meaning compile picks from the shapes; keras.losses/metrics.get would differ
@@ -501,25 +543,39 @@ def install_variable_assign_patch(wrap: Callable) -> None:
         _assign_patch["done"] = True
 
 
-def install_tf_summary_patch(wrap_v2: Callable, kinds_v2, wrap_v1: Optional[Callable] = None, kinds_v1=()) -> None:
-    """Process-wide patch: replace ``tf.summary.<kind>`` (and ``tf.compat.v2.summary``) by
-    ``wrap_v2(kind, original)`` for each kind of ``kinds_v2``, and ``tf.compat.v1.summary.<kind>`` by
+def install_tf_summary_patch(wrap_v2: Callable, kinds_v2, wrap_v1: Optional[Callable] = None,
+                             kinds_v1=()) -> List[tuple]:
+    """Patch: replace ``tf.summary.<kind>`` (and ``tf.compat.v2.summary``) by ``wrap_v2(kind,
+    original)`` for each kind of ``kinds_v2``, and ``tf.compat.v1.summary.<kind>`` by
     ``wrap_v1(kind, original)`` for ``kinds_v1``: a tower has no summary writer, and TF offers no
     hook on these functions. A function already wrapped (it has ``_kerastrainer_original``) is kept.
+    Returns ``(module, kind, original)`` of each replacement made, for :func:`restore_attributes`.
     """
-    tf = _tf()
+    tf = _tf(patching_v1=wrap_v1 is not None)
+    replaced = []
     for module in {id(m): m for m in (tf.summary, tf.compat.v2.summary)}.values():
         for kind in kinds_v2:
             fn = getattr(module, kind, None)
             if fn is not None and not hasattr(fn, "_kerastrainer_original"):
                 setattr(module, kind, wrap_v2(kind, fn))
+                replaced.append((module, kind, fn))
     if wrap_v1 is None:
-        return
+        return replaced
     v1 = tf.compat.v1.summary
     for kind in kinds_v1:
         fn = getattr(v1, kind, None)
         if fn is not None and not hasattr(fn, "_kerastrainer_original"):
             setattr(v1, kind, wrap_v1(kind, fn))
+            replaced.append((v1, kind, fn))
+    return replaced
+
+
+def restore_attributes(replaced: List[tuple]) -> None:
+    """Undo replacements ``(module, name, original)`` whose wrapper is still in place."""
+    for module, name, original in reversed(replaced):
+        current = getattr(module, name, None)
+        if getattr(current, "_kerastrainer_original", None) is original:
+            setattr(module, name, original)
 
 
 def install_tf1_layers(module) -> bool:
@@ -528,7 +584,7 @@ def install_tf1_layers(module) -> bool:
     that works is replaced). Returns whether it was installed.
     """
     import importlib
-    tf = _tf()
+    tf = _tf(patching_v1=True)
     # `import tensorflow.compat.v1` makes a module object of its own (and rebinds tf.compat.v1):
     # every object a program may reach as tensorflow.compat.v1 gets the module
     modules = {id(m): m for m in (tf.compat.v1, importlib.import_module("tensorflow.compat.v1"),

@@ -11,9 +11,11 @@ registers into them:
 - **where training is launched** (``launch_train_with_config``): :func:`launch_contexts`
   (training inside a TF1 ``with tf.Graph().as_default():`` block).
 
-A program that never imports ``kerastrainer.compat`` still gets these translations: the packages
-named in :data:`EXTENSIONS` are loaded by name (``importlib``, once) the first time a hook is used.
-That tuple is the one place the core names compat; no core module imports it.
+A program that never imports ``kerastrainer.compat`` but uses TF1 APIs still gets these
+translations: the packages named in :data:`EXTENSIONS` are loaded by name (``importlib``, once)
+when a hook is used and :func:`program_uses_tf1` says so. That tuple is the one place the core
+names compat; no core module imports it. A Keras program or a TF2-native ModelDesc never loads
+it, so none of its process-wide patches (``tf.compat.v1`` stand-ins) are made for them.
 
 The learning-rate variable of a translated optimizer (a TF1 ``tf.Variable`` the Keras optimizer
 reads through a callable) is kept here too (:func:`set_learning_rate_variable`), so that
@@ -22,11 +24,15 @@ reads through a callable) is kept here too (:func:`set_learning_rate_variable`),
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import sys
+import sysconfig
 import threading
 from contextlib import ExitStack
 from typing import Callable, List, Optional
 
-__all__ = ["EXTENSIONS", "add_tower_context", "tower_contexts", "add_launch_context", "launch_contexts",
+__all__ = ["EXTENSIONS", "program_uses_tf1", "add_tower_context", "tower_contexts", "add_launch_context", "launch_contexts",
            "set_optimizer_reader", "read_optimizer", "translate_optimizer", "set_learning_rate_variable",
            "learning_rate_variable"]
 
@@ -40,9 +46,55 @@ _launch_contexts: List[Callable] = []
 _optimizer = {"read": None, "translate": None}
 
 
-def load_extensions() -> None:
-    """Import the packages of :data:`EXTENSIONS` once (they register their hooks when imported)."""
-    if _loaded["done"]:
+# what in a program's source says that it uses TF1's API (a comment that names one counts too:
+# loading the TF1 layer for a TF2 program costs nothing but its patches; missing it would train
+# a TF1 program wrongly)
+_TF1_MARKERS = re.compile(r"compat\.v1|\btfv1\b|\btf\.layers\.|\bget_variable\(|\bvariable_scope\(|"
+                          r"custom_getter|disable_eager_execution|disable_v2_behavior|\btf\.contrib\b")
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_INSTALLED = tuple({os.path.abspath(p) for p in (sysconfig.get_paths().get(k) for k in
+                                                  ("stdlib", "platstdlib", "purelib", "platlib")) if p})
+_scanned: dict = {}   # module file -> whether it names a TF1 API
+
+
+def _is_program_file(path: str) -> bool:
+    path = os.path.abspath(path)
+    if os.path.basename(path).startswith("__autograph_generated"):   # TF's conversions of library code
+        return False
+    return path.endswith(".py") and not path.startswith(_OWN_DIR + os.sep) and \
+        not any(path.startswith(d + os.sep) for d in _INSTALLED) and "site-packages" not in path
+
+
+def _names_tf1(path: str) -> bool:
+    found = _scanned.get(path)
+    if found is None:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                found = bool(_TF1_MARKERS.search(f.read()))
+        except OSError:
+            found = False
+        _scanned[path] = found
+    return found
+
+
+def program_uses_tf1() -> bool:
+    """Whether the running program uses TF1's API, so the TF1 layer must be loaded: it imported
+    ``tensorflow.compat.v1`` or the TF1 layer itself, or one of its own source files (the
+    ``__main__`` script and every module loaded from outside the installed packages) names a TF1
+    API (``tf.compat.v1``, ``tfv1``, ``tf.layers``, ``get_variable``, ``variable_scope``...)."""
+    if _loaded["done"] or "tensorflow.compat.v1" in sys.modules or any(n in sys.modules for n in EXTENSIONS):
+        return True
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and _is_program_file(path) and _names_tf1(path):
+            return True
+    return False
+
+
+def load_extensions(force: bool = False) -> None:
+    """Import the packages of :data:`EXTENSIONS` once (they register their hooks when imported),
+    if the program uses TF1's API (:func:`program_uses_tf1`) or ``force``."""
+    if _loaded["done"] or not (force or program_uses_tf1()):
         return
     with _lock:
         if _loaded["done"]:
@@ -101,15 +153,22 @@ def read_optimizer(optimizer_fn: Callable, layer_store):
     load_extensions()
     if _optimizer["read"] is not None:
         return _optimizer["read"](optimizer_fn, layer_store)
-    return optimizer_fn()
+    return translate_optimizer(optimizer_fn())
 
 
 def translate_optimizer(opt):
     """``opt`` as a Keras optimizer (a Keras optimizer is returned as is)."""
-    load_extensions()
+    if _is_keras_optimizer(opt):
+        return opt
+    load_extensions(force=True)   # another kind of optimizer: the TF1 layer translates it, or says why not
     if _optimizer["translate"] is not None:
         return _optimizer["translate"](opt)
     return opt
+
+
+def _is_keras_optimizer(opt) -> bool:
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(opt, keras.optimizers.Optimizer)
 
 
 def set_learning_rate_variable(optimizer, variable) -> None:

@@ -23,12 +23,14 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+import threading
 
 import tensorflow as tf
 
-from .._internals import install_tf_summary_patch
+from .._internals import install_tf_summary_patch, restore_attributes
 from ..utils import logger
 from .tower import current_scope_name, get_current_tower_context
 
@@ -202,25 +204,29 @@ def _tower_aware(kind: str, original):
     return summary_op
 
 
-def _install_tower_summaries() -> None:
-    """Route ``tf.summary.scalar/histogram/image`` calls made in a tower to the trainer.
-
-    A process-wide patch, installed through ``_internals.install_tf_summary_patch``. TF1's
-    ``tf.compat.v1.summary`` is routed by ``kerastrainer/compat/summary.py``.
-    """
-    install_tf_summary_patch(_tower_aware, _CAPTURES)
+_routing = {"depth": 0, "replaced": []}
+_routing_lock = threading.Lock()
 
 
-def ensure_tower_summaries() -> None:
-    """Install the routing again if ``tf.summary`` is no longer the patched module: TF loads
+@contextlib.contextmanager
+def tower_summaries_routed():
+    """``tf.summary.scalar/histogram/image`` route to the trainer while a tower is called, and are
+    TensorFlow's own again once no tower call is running (replicas trace in threads of their own:
+    the routing lasts while any of them is in a tower). Checked at every entry: TF loads
     TensorBoard's ``tf.summary`` lazily, and a later import (Keras's TensorBoard callback) can
     replace the module object, whose calls in a tower would then be lost without a word.
-    Called at every tower call (a cheap check)."""
-    if not hasattr(tf.summary.scalar, "_kerastrainer_original"):
-        _install_tower_summaries()
-
-
-_install_tower_summaries()
+    TF1's ``tf.compat.v1.summary`` is routed by ``kerastrainer/compat/summary.py``."""
+    with _routing_lock:
+        _routing["depth"] += 1
+        _routing["replaced"] += install_tf_summary_patch(_tower_aware, _CAPTURES)
+    try:
+        yield
+    finally:
+        with _routing_lock:
+            _routing["depth"] -= 1
+            if _routing["depth"] == 0:
+                restore_attributes(_routing["replaced"])
+                _routing["replaced"] = []
 
 
 def add_activation_summary(x, types=None, name=None, collections=None):

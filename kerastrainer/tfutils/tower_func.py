@@ -24,7 +24,7 @@ from .._internals import keras_training_phase, sublayers, tf_variable_of
 from ..utils.casting import cast_exactly
 from .extensions import tower_contexts
 from .layer_store import LayerStore, log_layer_shapes
-from .summary import ensure_tower_summaries
+from .summary import tower_summaries_routed
 from .tower import TowerContext
 from .variable_replay import VariableReplay
 
@@ -190,9 +190,9 @@ class TowerFunction:
     def __call__(self, *inputs, name: str = "tower0", is_training: bool = True, index: int = 0,
                  total: int = 1):
         """Run the tower in a TowerContext; returns ``(cost, context)``."""
-        ensure_tower_summaries()
-        with TowerContext(name, is_training=is_training, index=index, total=total,
-                          layer_store=self.layer_store) as ctx, tower_contexts(self.layer_store), \
+        with tower_summaries_routed(), \
+                TowerContext(name, is_training=is_training, index=index, total=total,
+                             layer_store=self.layer_store) as ctx, tower_contexts(self.layer_store), \
                 keras_training_phase(is_training), self.variable_replay.scope() as first_call:
             # Tower code runs as written (graph semantics, as in tensorpack), not rewritten
             # by AutoGraph: use tf.cond / tf.while_loop for data-dependent control flow.

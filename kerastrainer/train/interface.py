@@ -10,7 +10,7 @@ from ..input_source.staging import StagingInput
 from ..tfutils.extensions import launch_contexts
 from ..utils import logger
 from ..utils.devices import get_num_gpu
-from ..utils.interrupt import keep_interrupts_from_finalizers
+from ..utils.interrupt import finalizer_interrupts_kept
 from .base import Trainer
 from .config import TrainConfig, resolve_steps_per_epoch
 from .stop_signals import stop_signal_scope
@@ -44,11 +44,9 @@ def launch_train_with_config(config: TrainConfig, trainer: Trainer) -> Trainer:
     """
     config.check_launchable(trainer)
     config.resolve_resume()   # the log directory of this launch decides
-    # from set-up on, a Ctrl-C swallowed by a finalizer is sent again (the trainer's loop installs
-    # its own handler later)
-    keep_interrupts_from_finalizers()
+    # from set-up on, a Ctrl-C swallowed by a finalizer is sent again (until the launch ends);
     # compat: tensorpack programs may train inside `with tf.Graph().as_default()`
-    with launch_contexts(), stop_signal_scope(trainer, setting_up=True):
+    with finalizer_interrupts_kept(), launch_contexts(), stop_signal_scope(trainer, setting_up=True):
         return _launch(config, trainer)
 
 

@@ -57,7 +57,7 @@ from typing import Callable, Dict, Iterator, Optional
 
 from ..utils import logger
 from ..utils.concurrency import describe_child_processes
-from ..utils.interrupt import SignalWatcher, keep_interrupts_from_finalizers, register_stop_exception
+from ..utils.interrupt import SignalWatcher, finalizer_interrupts_kept, register_stop_exception
 
 __all__ = ["StopSignals", "TrainingTerminated", "InputStallReport", "stop_signal_scope"]
 
@@ -102,11 +102,13 @@ class StopSignals:
         self.cancelled = False               # the watcher cancelled the input to end a blocked wait
         self._own: Dict[int, object] = {}    # signal -> the handler ours replaced
         self._watcher = SignalWatcher(self._on_watcher_signal, on_tick)
+        self._kept = None                    # the finalizer-interrupt hook, for the scope
 
     # --- installing and restoring ----------------------------------------------------------
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
-            keep_interrupts_from_finalizers()
+            self._kept = finalizer_interrupts_kept()
+            self._kept.__enter__()
             self._install()
             self._watcher.__enter__()
         return self
@@ -114,6 +116,9 @@ class StopSignals:
     def __exit__(self, *exc) -> None:
         self._restore()          # first: a signal from here on gets Python's usual handling
         self._watcher.__exit__(None, None, None)
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept.__exit__(None, None, None)
 
     def _install(self) -> None:
         _ACTIVE.add(self)
@@ -221,6 +226,7 @@ def _handlers_back_in_a_forked_child() -> None:
         stop._restore()
 
 
+# (for the process, as os.register_at_fork cannot be undone; it does nothing when no trainer is active)
 os.register_at_fork(after_in_child=_handlers_back_in_a_forked_child)
 
 

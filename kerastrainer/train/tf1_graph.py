@@ -39,6 +39,7 @@ import tensorflow as tf
 from .._internals import give_tf1_op_name, tf_variable_of
 from ..tfutils.global_step import active_store
 from ..tfutils.layer_store import LayerStore
+from ..tfutils.summary import tower_summaries_routed
 from ..tfutils.tower import default_layer_store_scope, get_current_tower_context
 
 __all__ = ["TF1Graph"]
@@ -75,7 +76,8 @@ class TF1Graph:
     def building(self) -> Iterator["TF1Graph"]:
         """Run the block as TF1 graph construction in this graph (variables made eagerly)."""
         with self.graph.as_default(), tf.variable_creator_scope(self._create), \
-                default_layer_store_scope(self.layer_store), active_store(self.layer_store):
+                default_layer_store_scope(self.layer_store), active_store(self.layer_store), \
+                tower_summaries_routed():   # a tower built here may call tf.summary.*
             yield self
 
     def _create(self, next_creator, **kwargs):

@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import queue
 import select
@@ -34,7 +35,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-__all__ = ["SignalWatcher", "keep_interrupts_from_finalizers"]
+__all__ = ["SignalWatcher", "keep_interrupts_from_finalizers", "finalizer_interrupts_kept"]
 
 _STOP_SIGNAL_OF = {KeyboardInterrupt: signal.SIGINT}   # exception type -> the signal that raised it
 
@@ -108,6 +109,30 @@ def keep_interrupts_from_finalizers() -> None:
     sys.unraisablehook = _unraisable_hook
 
 
+_kept = {"depth": 0, "installed": False}
+_kept_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def finalizer_interrupts_kept():
+    """:func:`keep_interrupts_from_finalizers` for the block: the hook is installed when the
+    outermost block is entered and the hook that was there before is back when it ends (unless
+    the program replaced ours in between). Training runs use this; nothing stays installed after."""
+    with _kept_lock:
+        _kept["depth"] += 1
+        if _kept["depth"] == 1:
+            _kept["installed"] = sys.unraisablehook is not _unraisable_hook
+            keep_interrupts_from_finalizers()
+    try:
+        yield
+    finally:
+        with _kept_lock:
+            _kept["depth"] -= 1
+            if _kept["depth"] == 0 and _kept["installed"] and sys.unraisablehook is _unraisable_hook:
+                sys.unraisablehook = _previous_hook
+                _kept["installed"] = False
+
+
 _WATCHING = [False]   # a SignalWatcher of this process has the wakeup fd
 
 
@@ -122,6 +147,8 @@ def _no_wakeup_fd_in_a_forked_child() -> None:
             pass
 
 
+# (registered for the process, as os.register_at_fork cannot be undone; it does nothing unless a
+# watcher is active when the process forks)
 os.register_at_fork(after_in_child=_no_wakeup_fd_in_a_forked_child)
 
 
