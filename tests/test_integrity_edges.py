@@ -329,3 +329,53 @@ def test_tfrecord_size_larger_than_the_file_is_an_error_not_repeats(tmp_path, si
         first, second = [dp[0] for dp in ds], [dp[0] for dp in ds]
         assert first == list(range(size))
         assert second == (list(range(200)) if size == 200 else list(range(150, 200)) + list(range(100)))
+
+
+# --- item 6: a checkpoint directory that cannot be written is found when training starts ----------
+_TRAIN_INTO = """
+import os, sys
+sys.path.insert(0, {tests!r})
+from test_callbacks import MiniTrainer
+from kerastrainer.callbacks import Callback, ModelSaver
+
+class Count(Callback):
+    steps = 0
+
+    def _trigger_step(self):
+        Count.steps += 1
+
+for d in sys.argv[1:]:
+    Count.steps = 0
+    try:
+        MiniTrainer([ModelSaver(checkpoint_dir=d), Count()], steps_per_epoch=3, max_epoch=2).train()
+        print("TRAINED", Count.steps)
+    except Exception as e:
+        print("ERROR", type(e).__name__, e, "| STEPS", Count.steps)
+"""
+
+
+@pytest.mark.slow   # two trainings in a new process: ~10 s, most of it importing TensorFlow
+def test_unwritable_checkpoint_directory_is_refused_before_training_naming_the_cause(tmp_path):
+    import shutil
+    import subprocess
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        pytest.skip("needs unshare -m (a mount namespace of its own) to mount a read-only and a full file system")
+    ro, full = tmp_path / "ro", tmp_path / "full"
+    ro.mkdir()
+    full.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(_TRAIN_INTO.format(tests=os.path.dirname(os.path.abspath(__file__))))
+    # the mounts live in the child's own mount namespace: nothing outside the test sees them
+    shell = (f"mount -t tmpfs -o ro,size=1m tmpfs {ro} && mount -t tmpfs -o size=64k tmpfs {full} || exit 97; "
+             f"dd if=/dev/zero of={full}/fill bs=4k count=64 2>/dev/null; exec {sys.executable} {script} {ro} {full}")
+    p = subprocess.run(["unshare", "-m", "sh", "-c", shell], capture_output=True, text=True, timeout=300)
+    if p.returncode == 97:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr[-300:]}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    out_ro, out_full = [line for line in p.stdout.splitlines() if line.startswith(("ERROR", "TRAINED"))]
+    assert out_ro.startswith("ERROR CheckpointWriteError"), p.stdout
+    assert f"cannot write checkpoints in {ro}: it is on a read-only file system" in out_ro
+    assert "Remount it read-write" in out_ro and "Free space" not in out_ro and "free there" not in out_ro
+    assert out_ro.endswith("| STEPS 0")   # found at the start, not after an epoch of training
+    assert out_full.startswith("ERROR CheckpointWriteError") and "the disk is full" in out_full
+    assert "Free space there" in out_full and out_full.endswith("| STEPS 0")

@@ -29,6 +29,7 @@ Example::
 """
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import math
@@ -86,6 +87,50 @@ def _remove_prefix(prefix: str) -> None:
             os.remove(f)
         except OSError as e:
             logger.warn("Could not remove old checkpoint file %s: %s", f, e)
+
+
+_CAUSES = {   # errno -> (the cause in words, what to do); the message of an error names them
+    errno.EROFS: ("it is on a read-only file system", "Remount it read-write"),
+    errno.EACCES: ("this user may not write there (permissions)", "Give this user write permission there"),
+    errno.EPERM: ("this user may not write there (permissions)", "Give this user write permission there"),
+    errno.ENOSPC: ("the disk is full", "Free space there"),
+    errno.EDQUOT: ("the disk quota is used up", "Free space in the quota"),
+}
+_CAUSE_TEXT = {"Read-only file system": errno.EROFS, "Permission denied": errno.EACCES,
+               "No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT}
+
+
+def _errno_of(err: BaseException) -> Optional[int]:
+    """The errno behind a failed write: an OSError's own, or the one a TF error's message names."""
+    if isinstance(err, OSError) and err.errno:
+        return err.errno
+    text = getattr(err, "message", None) or str(err)
+    return next((code for words, code in _CAUSE_TEXT.items() if words in text), None)
+
+
+def check_writable_directory(directory: str, who: str) -> None:
+    """Create ``directory`` and write a probe file in it, so that a directory that cannot take
+    checkpoints is found when training starts, not at the first save an epoch later.
+
+    Raises :class:`CheckpointWriteError` naming the directory, the cause (read-only file
+    system, permissions, disk full, quota) and what to do.
+    """
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=directory)
+        try:
+            os.write(fd, b"kerastrainer")
+            os.fsync(fd)   # where space is only claimed at flush time
+        finally:
+            os.close(fd)
+            os.remove(probe)
+    except OSError as e:
+        cause, todo = _CAUSES.get(e.errno, (e.strerror or str(e), "Fix that"))
+        err = CheckpointWriteError(
+            f"{who}: cannot write checkpoints in {directory}: {cause} ({e.strerror or e}). {todo}, or give "
+            "ModelSaver(checkpoint_dir=...) (or logger.set_logger_dir) a writable directory; nothing was trained.")
+        err.errno = e.errno
+        raise err from e
 
 
 def _mib(nbytes: int) -> str:
@@ -163,7 +208,7 @@ class ModelSaver(Callback):
             raise ValueError("ModelSaver needs a directory: call logger.set_logger_dir(...) first, "
                              "or pass ModelSaver(checkpoint_dir=...).")
         self.checkpoint_dir = os.path.abspath(d)
-        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        check_writable_directory(self.checkpoint_dir, "ModelSaver")
 
     def _is_writer(self) -> bool:
         return bool(self.trainer.is_chief)
@@ -272,17 +317,21 @@ class ModelSaver(Callback):
         # TF puts the temporary file's path first and the op's name last
         reason = re.sub(r"\s*\[Op:\w+\]\s*$", "", reason.rsplit(";", 1)[-1].strip())
         latest = latest_checkpoint(self.checkpoint_dir)
+        code = _errno_of(err)
         room = ""
-        try:
-            free = shutil.disk_usage(self.checkpoint_dir).free
-            size = sum(os.path.getsize(f) for f in glob.glob(glob.escape(latest) + ".*")) if latest else 0
-            room = f" ({_mib(free)} free there" + (f"; a checkpoint takes {_mib(size)}" if size else "") + ")"
-        except OSError:
-            pass
+        if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, None):   # the room there is the point
+            try:
+                free = shutil.disk_usage(self.checkpoint_dir).free
+                size = sum(os.path.getsize(f) for f in glob.glob(glob.escape(latest) + ".*")) if latest else 0
+                room = f" ({_mib(free)} free there" + (f"; a checkpoint takes {_mib(size)}" if size else "") + ")"
+            except OSError:
+                pass
+        cause, todo = _CAUSES.get(code, ("", "Free space there"))
         kept = (f"The latest checkpoint stays {latest}: nothing up to it is lost; AutoResumeTrainConfig "
                 "resumes from it." if latest else "There is no earlier checkpoint.")
-        return (f"ModelSaver: could not write {name} in {self.checkpoint_dir}: {reason}{room}. {kept} Free "
-                "space there, or give ModelSaver(checkpoint_dir=...) a directory that can take it, then run again.")
+        return (f"ModelSaver: could not write {name} in {self.checkpoint_dir}: {reason}{room}"
+                + (f": {cause}" if cause and code not in (errno.ENOSPC,) else "") + f". {kept} {todo}, or give "
+                "ModelSaver(checkpoint_dir=...) a directory that can take it, then run again.")
 
     def _record(self, name: str) -> None:
         """Point to the new checkpoint, then delete those past ``max_to_keep``."""
