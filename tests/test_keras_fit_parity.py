@@ -283,3 +283,45 @@ def test_own_train_step_given_x_alone_receives_what_keras_gives(form):
     h = km.fit(data, epochs=2, shuffle=False, **QUIET, **fit_kw)
     _close(h.history["loss"], h_ref.history["loss"])
     _same_weights(ref, model)
+
+
+# --- item 6: metrics owned by the model's layers ----------------------------------------------------
+class LogisticEndpoint(keras.layers.Layer):
+    """keras-io's endpoint layer: its loss by add_loss, its own metric updated in call."""
+
+    def __init__(self, name=None):
+        super().__init__(name=name)
+        self.loss_fn = keras.losses.BinaryCrossentropy(from_logits=True)
+        self.accuracy_fn = keras.metrics.BinaryAccuracy()
+
+    def call(self, targets, logits):
+        self.add_loss(self.loss_fn(targets, logits))
+        self.accuracy_fn.update_state(targets, keras.ops.sigmoid(logits))
+        return keras.ops.sigmoid(logits)
+
+
+def _endpoint_model():
+    inputs, targets = keras.Input((3,), name="inputs"), keras.Input((10,), name="targets")
+    predictions = LogisticEndpoint(name="predictions")(targets, keras.layers.Dense(10)(inputs))
+    return keras.Model(inputs=[inputs, targets], outputs=predictions)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_metrics_of_the_models_layers_are_in_history_as_under_fit(replicas):
+    rng = np.random.RandomState(0)
+    data = {"inputs": rng.random((35, 3)).astype("float32"),
+            "targets": rng.randint(0, 2, (35, 10)).astype("float32")}
+    ref, model = _twins(_endpoint_model)
+    ref.compile(keras.optimizers.Adam(0.01))
+    # (2 replicas: the add_loss loss of a Keras Loss is each replica's mean, as on one device)
+    km = KerasModel(model, trainer=SyncMultiGPUTrainerReplicated(cpus(2)) if replicas > 1 else None)
+    km.compile(keras.optimizers.Adam(0.01))
+    seen = []
+    h_ref = ref.fit(data, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    h = km.fit(data, batch_size=8, epochs=2, shuffle=False, **QUIET, callbacks=[
+        keras.callbacks.LambdaCallback(on_epoch_end=lambda e, logs: seen.append(logs["binary_accuracy"]))])
+    _close(h.history["loss"], h_ref.history["loss"])
+    _close(h.history["binary_accuracy"], h_ref.history["binary_accuracy"])   # reset each epoch, as fit
+    _close(seen, h_ref.history["binary_accuracy"])                           # the Keras callbacks see it
+    _same_weights(ref, model)
+    _close(model.metrics[-1].result(), ref.metrics[-1].result())              # its state after fit

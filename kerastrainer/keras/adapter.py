@@ -32,12 +32,13 @@ from typing import List, Sequence
 import keras
 import tensorflow as tf
 
-from .._internals import clear_model_losses
+from .._internals import clear_model_losses, keras_losses_per_replica
 from ..tfutils.summary import add_moving_summary, add_tensor_summary
 from ..tfutils.tower import get_current_tower_context
 from ..tfutils.tower_func import ModelVariables
 from ..train.model_desc import ModelDesc
 from .data import SHARE_SPEC
+from .layer_metrics import layer_metric_variables
 from .objectives import Objectives
 from .structure import ModelIO, _safe_name
 from .variables import place_on_strategy, rekey_optimizer, unique_variables
@@ -125,7 +126,8 @@ class KerasModelDesc(ModelDesc):
         # Keras clears add_loss losses when a model is the outermost call; in a tower it is called
         # inside kerastrainer's training-phase context, so the last trace's losses would linger
         clear_model_losses(self._keras_model)
-        y_pred = io.outputs_by_name(self._keras_model(x, training=training))
+        with keras_losses_per_replica():   # an add_loss Keras loss: the replica's mean, as the compiled ones
+            y_pred = io.outputs_by_name(self._keras_model(x, training=training))
         named = {name: tf.identity(t, name=self.output_tensor_name(name)) for name, t in y_pred.items()}
         with tf.name_scope("objectives"):
             # the model's own output tensors: a softmax or sigmoid output carries the logits behind it,
@@ -177,7 +179,9 @@ class KerasModelDesc(ModelDesc):
     def _variables(self) -> list:
         opt = self._keras_optimizer
         # the optimizer's step counter and learning rate exist before it is built
-        return unique_variables(list(self._keras_model.variables) + list(getattr(opt, "variables", [])))
+        # and the states of metrics the model's layers update in their call (Keras lists them apart)
+        return unique_variables(list(self._keras_model.variables) + list(getattr(opt, "variables", []))
+                                + layer_metric_variables(self._keras_model))
 
     def _attribute_weights(self) -> list:
         # the Keras model's and its optimizer's variables: saved as theirs, never as the tower's

@@ -79,6 +79,7 @@ from .evaluation import KerasEvaluation, _flattener
 from .fit_arguments import (_KERAS_EPOCHS, _check_validation, _check_verbose, _checked_compile_kwargs,  # noqa: F401
                             _compile_keras_model, _default_callbacks, _default_monitors, _every_validation_epoch,
                             _shard, _starting_epoch, _worker_rank_size)
+from .layer_metrics import LayerMetricLogs, layer_metric_variables, layer_metrics
 from .objectives import Objectives
 from .own_step import KerasOwnStepDesc, ResetKerasMetrics, model_optimizers, overridden, runs_own_step
 from .structure import KerasSignatureError, ModelIO, _is_weighted_point, as_spec_list
@@ -632,6 +633,18 @@ class KerasModel(KerasEvaluation):
         cbs: List = []
         history = keras.callbacks.History()
         user = wrap_keras_callbacks(callbacks, self.model, verbose=verbose)
+        owned = layer_metrics(self.model) if isinstance(desc, KerasModelDesc) else []
+        extra_logs = None
+        if owned:   # keras-io's endpoint layers: read before validation, as fit reads them
+            reader = LayerMetricLogs(owned)
+            cbs.append(reader)
+            extra_logs = reader.logs
+            for c in user:
+                if isinstance(c, KerasCallback):
+                    c.extra_logs = extra_logs
+            if val_flow is not None:
+                logger.info("KerasModel.fit: the metrics %s of the model's layers are reported for training only "
+                            "(no val_ values).", [m.name for m in owned])
         if val_flow is not None:
             # Keras's on_test_begin / on_test_end around the validation (SwapEMAWeights validates the EMA)
             cbs += [_every_validation_epoch(KerasTestHooks(user, "begin"), validation_freq),
@@ -643,7 +656,7 @@ class KerasModel(KerasEvaluation):
         # Keras callbacks after the validation so that their logs hold val_* statistics
         cbs += [c for c in user if not isinstance(c, KerasCallback)]
         cbs += [c for c in user if isinstance(c, KerasCallback)]
-        cbs.append(KerasCallback(history, self.model, log_learning_rate=True, verbose=verbose))
+        cbs.append(KerasCallback(history, self.model, log_learning_rate=True, verbose=verbose, extra_logs=extra_logs))
 
         config = TrainConfig(model=desc, data=source, callbacks=cbs,
                              extra_callbacks=extra_callbacks if extra_callbacks is not None else DEFAULT_CALLBACKS(),
@@ -681,7 +694,8 @@ class KerasModel(KerasEvaluation):
     def _release_strategy(self) -> None:
         """Make the model plain Keras again (variables off the trainer's strategy)."""
         own = self._own_step_desc()
-        state = own.state_variables() if own is not None else list(getattr(self._optimizer, "variables", []))
+        state = own.state_variables() if own is not None else \
+            list(getattr(self._optimizer, "variables", [])) + layer_metric_variables(self.model)
         if place_off_strategy(unique_variables(list(self.model.variables) + state)):
             for opt in self._trained_optimizers():
                 rekey_optimizer(opt)

@@ -100,7 +100,10 @@ def place_off_strategy(variables: Iterable) -> int:
         inner = _inner(v)
         if inner is None or not isinstance(inner, tf.distribute.DistributedValues):
             continue
-        value = inner.values[0].read_value()
+        summed = inner.synchronization == tf.VariableSynchronization.ON_READ and \
+            inner.aggregation in (tf.VariableAggregation.SUM, tf.VariableAggregation.MEAN)
+        # a metric's state (each replica holds its part): the replicas' total, as a read gives it
+        value = inner.read_value() if summed else inner.values[0].read_value()
         aggregation = inner.aggregation
         if aggregation == tf.VariableAggregation.ONLY_FIRST_REPLICA and not inner.trainable:
             aggregation = tf.VariableAggregation.NONE

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import keras
 import numpy as np
@@ -157,7 +157,7 @@ class KerasCallback(Callback):
     """
 
     def __init__(self, callback: keras.callbacks.Callback, keras_model: Optional[keras.Model] = None,
-                 log_learning_rate: bool = False, verbose: int = 0):
+                 log_learning_rate: bool = False, verbose: int = 0, extra_logs: Optional[Callable[[], dict]] = None):
         if isinstance(callback, Callback):
             raise TypeError(f"{callback} is already a kerastrainer callback; use it directly.")
         if not isinstance(callback, keras.callbacks.Callback):
@@ -180,6 +180,8 @@ class KerasCallback(Callback):
         self._sums: Dict[str, float] = {}
         self._steps = 0
         self.last_logs: Dict[str, float] = {}
+        # more epoch logs (KerasModel: the metrics of the model's layers, read before validation)
+        self.extra_logs = extra_logs
 
     # --- logs -------------------------------------------------------------------------------
     def _running_logs(self) -> Dict[str, float]:
@@ -265,6 +267,8 @@ class KerasCallback(Callback):
 
     def _trigger_epoch(self):
         logs = self._running_logs()
+        if self.extra_logs is not None:
+            logs.update(self.extra_logs())
         logs.update(self._validation_logs())
         if self.log_learning_rate and self._epoch_learning_rate is not None:
             logs.setdefault("learning_rate", self._epoch_learning_rate)
