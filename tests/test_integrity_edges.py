@@ -379,3 +379,60 @@ def test_unwritable_checkpoint_directory_is_refused_before_training_naming_the_c
     assert out_ro.endswith("| STEPS 0")   # found at the start, not after an epoch of training
     assert out_full.startswith("ERROR CheckpointWriteError") and "the disk is full" in out_full
     assert "Free space there" in out_full and out_full.endswith("| STEPS 0")
+
+
+# --- item 10: an export that fails for want of space leaves nothing behind ------------------------
+_EXPORT_ONTO_FULL_DISK = """
+import os, shutil, sys
+sys.path.insert(0, {tests!r})
+from _models import MLP
+from kerastrainer.predict import ModelExporter, PredictConfig
+
+small, scratch = sys.argv[1], sys.argv[2]
+exporter = ModelExporter(PredictConfig(model=MLP(), input_names=["x"], output_names=["prob"]))
+exporter.export_serving(os.path.join(scratch, "probe"))          # how much room an export takes
+sizes = {{}}
+for root, _, files in os.walk(os.path.join(scratch, "probe")):
+    for f in files:
+        sizes[os.path.relpath(os.path.join(root, f), scratch)] = os.path.getsize(os.path.join(root, f))
+variables = sum(v for k, v in sizes.items() if "/variables/" in k)
+# fill the small file system until the variables fit but the rest does not
+st = os.statvfs(small)
+free = st.f_bavail * st.f_frsize
+with open(os.path.join(small, "filler"), "wb") as f:
+    f.write(b"\\0" * max(0, free - (variables + 3 * 4096)))
+target = os.path.join(small, "export")
+try:
+    exporter.export_serving(target)
+    print("EXPORTED ONTO A FULL DISK", sorted(sizes.items()))
+except OSError as e:
+    print("FAILED", e)
+print("LEFT", sorted(os.listdir(small)))
+os.remove(os.path.join(small, "filler"))
+exporter.export_serving(target)                                   # the retry after freeing space
+print("RETRY", sorted(os.listdir(target)))
+"""
+
+
+@pytest.mark.slow   # TensorFlow in a new process and three exports: ~15 s
+def test_export_onto_a_full_disk_leaves_nothing_and_the_retry_works(tmp_path):
+    import shutil
+    import subprocess
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        pytest.skip("needs unshare -m (a mount namespace of its own) to mount a small file system")
+    small, scratch = tmp_path / "small", tmp_path / "scratch"
+    small.mkdir()
+    scratch.mkdir()
+    script = tmp_path / "export.py"
+    script.write_text(_EXPORT_ONTO_FULL_DISK.format(tests=os.path.dirname(os.path.abspath(__file__))))
+    shell = f"mount -t tmpfs -o size=2m tmpfs {small} || exit 97; exec {sys.executable} {script} {small} {scratch}"
+    p = subprocess.run(["unshare", "-m", "sh", "-c", shell], capture_output=True, text=True, timeout=300)
+    if p.returncode == 97:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr[-300:]}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = {line.split(" ", 1)[0]: line for line in p.stdout.splitlines() if line.startswith(("FAILED", "LEFT",
+                                                                                                "RETRY", "EXPORTED"))}
+    assert "FAILED" in lines, p.stdout
+    assert "No space left on device" in lines["FAILED"] and "Nothing was left behind" in lines["FAILED"]
+    assert lines["LEFT"] == "LEFT ['filler']"            # no export/, no variables/, no temporary directory
+    assert "saved_model.pb" in lines["RETRY"] and "variables" in lines["RETRY"]

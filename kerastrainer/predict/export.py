@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from typing import Optional, Sequence
 
 import tensorflow as tf
@@ -52,6 +54,10 @@ class ModelExporter:
         ``signature_name`` (tensorpack's default name). ``tags`` other than ``serve``
         have no TF2 meaning (``tf.saved_model.save`` writes the ``serve`` tag) and are
         warned about.
+
+        The SavedModel is written into a temporary directory beside ``export_dir`` and
+        renamed to it once complete: a failed export (a full disk) leaves nothing behind,
+        so the same call can simply be run again.
         """
         cfg = self.config
         if tags and set(tags) != {"serve"}:
@@ -76,7 +82,7 @@ class ModelExporter:
         signatures = {"serving_default": serve}
         if signature_name and signature_name != "serving_default":
             signatures[signature_name] = serve
-        tf.saved_model.save(module, export_dir, signatures=signatures)
+        _save_whole(module, export_dir, signatures)
         logger.info("SavedModel written to %s (inputs %s, outputs %s)", export_dir, cfg.input_names, out_names)
         return export_dir
 
@@ -110,3 +116,23 @@ class ModelExporter:
         logger.info("Frozen graph written to %s (inputs %s, outputs %s)", filename,
                     self.config.input_names, self.config.output_names)
         return filename
+
+
+def _save_whole(module, export_dir: str, signatures: dict) -> None:
+    """``tf.saved_model.save`` into a sibling temporary directory, renamed to ``export_dir`` when
+    complete (rename(2) replaces an empty directory); removed on any failure."""
+    export_dir = os.path.abspath(export_dir)
+    parent = os.path.dirname(export_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.tmp-", dir=parent)
+    try:
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        os.replace(tmp, export_dir)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, (OSError, tf.errors.OpError)):
+            reason = getattr(e, "message", None) or getattr(e, "strerror", None) or str(e)
+            raise OSError(f"ModelExporter.export_serving: could not write the SavedModel {export_dir}: {reason}. "
+                          "Nothing was left behind; free space there (or fix the cause) and run it again.") from e
+        raise
+
