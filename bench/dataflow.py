@@ -31,8 +31,9 @@ Two measures, each system in its own fresh process, interleaved, 3 repeats, medi
 
 3. Serializer reads (``--only serialize``, in this process, no references): files written by
    LMDBSerializer, HDF5Serializer and NumpySerializer, opened and read back in file order;
-   MB/s of datapoint bytes, median of the repeats (the file in the page cache). Two shapes of data: many small datapoints
-   (32x32x3 uint8 + int label, CIFAR-like) and fewer large ones (224x224x3 uint8 + label).
+   MB/s of datapoint bytes, median of the repeats (the file in the page cache), by wall time and
+   by CPU time. Two shapes of data: many small datapoints (32x32x3 uint8 + int label,
+   CIFAR-like) and fewer large ones (224x224x3 uint8 + label).
    Run it with ``PYTHONPATH=<another checkout>`` to compare two versions of the readers.
 
 Run (after ``bash bench/setup_env.sh`` for the references)::
@@ -544,7 +545,8 @@ def run_serialize(args) -> None:
                     ("LMDB", lambda df, p: LMDBSerializer.save(df, p), lambda p: LMDBSerializer.load(p, shuffle=False)),
                     ("HDF5", lambda df, p: HDF5Serializer.save(df, p, ["img", "label"]),
                      lambda p: HDF5Serializer.load(p, ["img", "label"], shuffle=False)),
-                    ("npz", lambda df, p: NumpySerializer.save(df, p), lambda p: NumpySerializer.load(p, shuffle=False))):
+                    ("npz", lambda df, p: NumpySerializer.save(df, p),
+                     lambda p: NumpySerializer.load(p, shuffle=False))):
                 path = os.path.join(tmp, f"{fmt}-{n}")
                 save(_ser_dataflow(shape, n), path)
                 rate, cpu_rate = _ser_read_rate(load, path, nbytes, args.repeats)

@@ -436,3 +436,36 @@ def test_export_onto_a_full_disk_leaves_nothing_and_the_retry_works(tmp_path):
     assert "No space left on device" in lines["FAILED"] and "Nothing was left behind" in lines["FAILED"]
     assert lines["LEFT"] == "LEFT ['filler']"            # no export/, no variables/, no temporary directory
     assert "saved_model.pb" in lines["RETRY"] and "variables" in lines["RETRY"]
+
+
+# --- item 9 (data side): a worker count that no process can run -----------------------------------
+@pytest.mark.parametrize("runner", ["MultiProcessRunnerZMQ", "MultiProcessRunner", "MultiProcessMapDataZMQ"])
+def test_absurd_num_proc_is_refused_before_forking(runner):
+    import multiprocessing
+
+    from kerastrainer.dataflow import DataFromList, parallel, parallel_map
+    before = len(multiprocessing.active_children())
+    df = DataFromList([[1]] * 4)
+    make = {"MultiProcessRunnerZMQ": lambda n: parallel.MultiProcessRunnerZMQ(df, num_proc=n),
+            "MultiProcessRunner": lambda n: parallel.MultiProcessRunner(df, num_prefetch=4, num_proc=n),
+            "MultiProcessMapDataZMQ": lambda n: parallel_map.MultiProcessMapDataZMQ(df, num_proc=n,
+                                                                                   map_func=lambda x: x)}[runner]
+    with pytest.raises(ValueError, match=rf"{runner}: num_proc=1000000 is more than this process can run: at most"):
+        make(10 ** 6)
+    assert len(multiprocessing.active_children()) == before
+
+
+def test_num_proc_bound_follows_the_open_file_limit():
+    import resource
+    import subprocess
+    # in a child whose open-file limit is 200: ~30 workers fit, 100 do not (and none is forked)
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (200, resource.getrlimit("
+            "resource.RLIMIT_NOFILE)[1]))\n"
+            "from kerastrainer.dataflow import DataFromList, MultiProcessRunnerZMQ\n"
+            "MultiProcessRunnerZMQ(DataFromList([[1]]), num_proc=8)\n"
+            "try:\n    MultiProcessRunnerZMQ(DataFromList([[1]]), num_proc=100)\nexcept ValueError as e:\n    print(e)\n")
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 200:
+        pytest.skip("the hard open-file limit is under 200")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "num_proc=100 is more than this process can run" in out.stdout, out.stderr[-2000:]
+    assert "open-file limit of 200 (ulimit -n)" in out.stdout

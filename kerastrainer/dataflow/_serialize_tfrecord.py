@@ -2,8 +2,9 @@
 
 Owns: one record of wire bytes per datapoint, and the DataFlow that reads the records back
 in file order (no stored length: ``load(path, size=n)``; a file found to hold fewer than
-``n`` records is an error naming it, never ``n`` datapoints made up by repeating records). TensorFlow is imported only when
-``save`` is called or the DataFlow is iterated, so ``kerastrainer.dataflow`` stays TF-free.
+``n`` records is an error naming it, never epochs made up by repeating records).
+TensorFlow is imported only when ``save`` is called or the DataFlow is iterated, so
+``kerastrainer.dataflow`` stays TF-free.
 
 Leaves to others: path checks, temporary files and the progress bar to
 :mod:`._serialize_files`; the encoding to :mod:`.wire`. Import the names from

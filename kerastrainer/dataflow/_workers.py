@@ -121,6 +121,42 @@ def secure_local_socket(sock: zmq.Socket, max_message_bytes: Optional[int]) -> N
         pass
 
 
+MAX_NUM_PROC = 1024      # forks of this process; more is no data pipeline but a fork bomb
+_FDS_PER_WORKER = 4      # measured: ~3.3 descriptors of the consumer per worker (socket, pipes, sentinel)
+_FDS_RESERVE = 64        # for everything else the process opens
+
+
+def check_num_proc(num_proc: int, who: str) -> int:
+    """Refuse a worker count this process cannot run, before forking any (``ValueError`` saying why).
+
+    The bound is the smaller of :data:`MAX_NUM_PROC` and what the open-file limit
+    (``RLIMIT_NOFILE``) and the process limit (``RLIMIT_NPROC``) leave room for.
+    """
+    bounds = [(MAX_NUM_PROC, f"the most worker processes kerastrainer starts ({MAX_NUM_PROC})")]
+    try:
+        import resource
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if nofile != resource.RLIM_INFINITY:
+            try:
+                in_use = len(os.listdir("/proc/self/fd"))
+            except OSError:
+                in_use = 0
+            room = max(0, (nofile - in_use - _FDS_RESERVE) // _FDS_PER_WORKER)
+            bounds.append((room, f"what the open-file limit of {nofile} (ulimit -n) leaves room for, at about "
+                                 f"{_FDS_PER_WORKER} descriptors per worker"))
+        nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+        if nproc != resource.RLIM_INFINITY:
+            bounds.append((max(0, nproc - 64), f"the process limit of {nproc} (ulimit -u)"))
+    except (ImportError, OSError, ValueError):
+        pass
+    limit, why = min(bounds)
+    if num_proc > limit:
+        raise ValueError(f"{who}: num_proc={num_proc} is more than this process can run: at most {limit}, "
+                         f"{why}. This machine has {os.cpu_count()} CPU cores; use about that many workers "
+                         "(more only for I/O-bound work).")
+    return num_proc
+
+
 def check_max_message_bytes(value: Optional[int], who: str) -> Optional[int]:
     if value is None:
         return None

@@ -60,8 +60,8 @@ from ..utils.casting import whole_number
 from ..utils.concurrency import StoppableThread, mp_fork_context, stop_processes
 from ._shm import SHM_MARKER, SHM_MAX_SLOTS, ShmReader, ShmWriter, shm_supported, slot_channel
 from ._workers import (LIVENESS_INTERVAL, DataFlowWorkerError, WorkerFailure, WorkerProcesses,
-                       check_max_message_bytes, new_ipc_address, recv_checked, release_threads, release_zmq,
-                       report_failure_and_exit, secure_local_socket, size_or_minus_one, worker_prologue)
+                       check_max_message_bytes, check_num_proc, new_ipc_address, recv_checked, release_threads,
+                       release_zmq, report_failure_and_exit, secure_local_socket, size_or_minus_one, worker_prologue)
 from .base import DataFlow, DataFlowReentrantGuard
 from .wire import DEFAULT_MAX_MESSAGE_BYTES, check_message_size, dumps_frames, loads_frames, message_nbytes
 
@@ -212,7 +212,8 @@ class MultiProcessRunnerZMQ(_RunnerBase):
                              "leave it as None to use it where available.")
         self.shared_memory = shm_supported() if shared_memory is None else bool(shared_memory)
         # counts are whole numbers: int(2.7) would run 2 processes without saying so
-        self.num_proc = whole_number(num_proc, "MultiProcessRunnerZMQ(num_proc=...)", minimum=1)
+        self.num_proc = check_num_proc(whole_number(num_proc, "MultiProcessRunnerZMQ(num_proc=...)", minimum=1),
+                                       "MultiProcessRunnerZMQ")
         self.hwm = whole_number(hwm, "MultiProcessRunnerZMQ(hwm=...)", minimum=1)
         self.ds = ds
         self._size = size_or_minus_one(ds)
@@ -329,7 +330,8 @@ class MultiProcessRunner(_RunnerBase):
 
     def __init__(self, ds, num_prefetch: int, num_proc: int):
         super().__init__()
-        self.num_proc = whole_number(num_proc, "MultiProcessRunner(num_proc=...)", minimum=1)
+        self.num_proc = check_num_proc(whole_number(num_proc, "MultiProcessRunner(num_proc=...)", minimum=1),
+                                       "MultiProcessRunner")
         self.num_prefetch = whole_number(num_prefetch, "MultiProcessRunner(num_prefetch=...)", minimum=1)
         self.ds = ds
         self._size = size_or_minus_one(ds)

@@ -40,9 +40,9 @@ import zmq
 
 from .base import DataFlowReentrantGuard, DataFlowSizeUnknown, ProxyDataFlow
 from .common import BatchData, RepeatedData
-from ._workers import (DataFlowWorkerError, WorkerFailure, WorkerProcesses, check_max_message_bytes, fail_for_dead,
-                       new_ipc_address, raise_if_error_frames, recv_checked, release_threads, release_zmq,
-                       report_failure_and_exit, secure_local_socket, worker_prologue)
+from ._workers import (DataFlowWorkerError, WorkerFailure, WorkerProcesses, check_max_message_bytes, check_num_proc,
+                       fail_for_dead, new_ipc_address, raise_if_error_frames, recv_checked, release_threads,
+                       release_zmq, report_failure_and_exit, secure_local_socket, worker_prologue)
 from ..utils import logger
 from ..utils.casting import whole_number
 from ..utils.concurrency import StoppableThread
@@ -260,7 +260,7 @@ class MultiProcessMapDataZMQ(_ParallelMapBase):
         self.max_message_bytes = check_max_message_bytes(
             None if max_message_bytes is None else whole_number(max_message_bytes, f"{name}(max_message_bytes=...)"),
             name)
-        self.num_proc = whole_number(num_proc, f"{name}(num_proc=...)", minimum=1)
+        self.num_proc = check_num_proc(whole_number(num_proc, f"{name}(num_proc=...)", minimum=1), name)
         self._sock = None
         self._workers = None
         self._load = []
