@@ -295,8 +295,9 @@ class RemoteDataZMQ(DataFlow):
             self._finalizer()
 
     def _recv_bounded(self, sock: zmq.Socket):
-        """One message, read frame by frame: ``(frames, None)``, or ``(None, reason)`` when it is
-        over the limits, its frames past the limit dropped as they are read (never held together)."""
+        """One message, read frame by frame: ``(frames, None, peer)``, or ``(None, reason, peer)``
+        when it is over the limits, its frames past the limit dropped as they are read (never held
+        together). ``peer``: the sender's IP address where ZeroMQ knows it."""
         max_frames, max_bytes = self.max_message_frames, self.max_message_bytes
         frames, nbytes, peer = [], 0, None
         while True:

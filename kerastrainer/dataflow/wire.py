@@ -65,7 +65,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 # frames is a frame-count bomb (each frame costs a Python object). Raise it with
 # max_message_frames on both ends.
 DEFAULT_MAX_MESSAGE_FRAMES = 10_000
-# msgpack's C decoder refuses deeper nesting (its stack); the encoder is held to the same
+# msgpack's C decoder refuses deeper nesting (its stack); its encoder refuses it as well
 MAX_NESTING = 1024
 _MAX_NDIM = 64
 _MAX_DTYPE_DEPTH = 16
