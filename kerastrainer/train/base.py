@@ -37,6 +37,7 @@ from ..input_source.base import InputSource
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from .loop import FitLoop
+from .model_desc import model_of_functions
 from .objectives import resolve_objectives
 from .step_runner import FunctionStepRunner, StepRunner
 from .steps_per_call import StepsPerCall
@@ -128,8 +129,12 @@ class Trainer(TrainerView):
         return self.strategy.num_replicas_in_sync
 
     # --- building --------------------------------------------------------------------------
-    def setup_graph(self, model, input_source: InputSource) -> None:
-        """Set up the input, create every variable and the optimizer, trace nothing yet."""
+    def setup_graph(self, model, input_source: InputSource, get_cost_fn=None, get_opt_fn=None) -> None:
+        """Set up the input, create every variable and the optimizer, trace nothing yet.
+
+        ``model`` is a ModelDesc; tensorpack's form ``setup_graph(input_signature, input,
+        get_cost_fn, get_opt_fn)`` is accepted too (a ModelDesc of those functions)."""
+        model = model_of_functions(type(self).__name__, model, get_cost_fn, get_opt_fn)
         with stop_signal_scope(self, setting_up=True):   # a Ctrl-C is raised once set-up ends
             self._setup_graph(model, input_source)
 

@@ -1,7 +1,7 @@
 """ModelDesc: the tower-function way to describe a model, as in tensorpack."""
 from __future__ import annotations
 
-from typing import List
+from typing import Callable, List, Optional
 
 import tensorflow as tf
 
@@ -10,7 +10,7 @@ from ..tfutils.layer_store import LayerStore
 from ..tfutils.tower import get_current_tower_context
 from ..tfutils.tower_func import ModelVariables, TowerFunction
 
-__all__ = ["ModelDesc", "ModelDescBase"]
+__all__ = ["ModelDesc", "ModelDescBase", "model_of_functions"]
 
 
 def _weights_of(holders: dict) -> list:
@@ -150,3 +150,33 @@ class ModelDesc(ModelDescBase):
             opt = read_optimizer(self.optimizer, self.layer_store)
             self.__dict__["_optimizer"] = opt
         return opt
+
+
+class _FunctionModel(ModelDesc):
+    """A ModelDesc made of tensorpack's ``(input_signature, get_cost_fn, get_opt_fn)``."""
+
+    def __init__(self, input_signature, get_cost_fn: Callable, get_opt_fn: Callable):
+        self._signature = list(input_signature)
+        self._cost_fn = get_cost_fn
+        self._opt_fn = get_opt_fn
+
+    def inputs(self):
+        return self._signature
+
+    def build_graph(self, *inputs):
+        return self._cost_fn(*inputs)
+
+    def optimizer(self):
+        return self._opt_fn()
+
+
+def model_of_functions(who: str, model_or_signature, get_cost_fn: Optional[Callable],
+                       get_opt_fn: Optional[Callable]) -> ModelDescBase:
+    """What ``setup_graph``'s two forms give: ``(model, input)``, or tensorpack's ``(input_signature,
+    input, get_cost_fn, get_opt_fn)`` as a ModelDesc of those functions."""
+    if get_cost_fn is None and get_opt_fn is None:
+        return model_or_signature
+    if get_cost_fn is None or get_opt_fn is None:
+        raise ValueError(f"{who}.setup_graph(input_signature, input, get_cost_fn, get_opt_fn) needs both functions "
+                         "(or setup_graph(model, input)).")
+    return _FunctionModel(model_or_signature, get_cost_fn, get_opt_fn)

@@ -53,6 +53,7 @@ from ..tfutils.layer_store import LayerStore, log_layer_shapes
 from ..tfutils.tower import TowerContext, TowerFunc, get_current_tower_context, record_tower_contexts
 from ..utils import logger
 from .base import Trainer
+from .model_desc import model_of_functions
 from .step_runner import StepRunner
 from .tf1_graph import TF1Graph
 from .tf1_graph_runner import RunStepRunner, TrainOpRunner
@@ -518,12 +519,13 @@ class SingleCostTrainer(TowerTrainer):
 
     def setup_graph(self, input_signature, input, get_cost_fn: Optional[Callable] = None,   # noqa: A002
                     get_opt_fn: Optional[Callable] = None) -> None:
-        if get_cost_fn is None and get_opt_fn is None and hasattr(input_signature, "build_graph"):
-            model = input_signature
+        if get_cost_fn is None and get_opt_fn is None:   # setup_graph(model, input), every trainer's form
+            model = model_of_functions(type(self).__name__, input_signature, None, None)
+            if not hasattr(model, "build_graph"):
+                raise TypeError(f"{type(self).__name__}.setup_graph(model, input) takes a ModelDesc; got "
+                                f"{type(model).__name__}.")
             input_signature, get_cost_fn, get_opt_fn = model.get_input_signature(), model.build_graph, model.optimizer
-        if get_cost_fn is None or get_opt_fn is None:
-            raise TypeError("setup_graph(input_signature, input, get_cost_fn, get_opt_fn) needs both functions "
-                            "(or setup_graph(model, input)).")
+        model_of_functions(type(self).__name__, input_signature, get_cost_fn, get_opt_fn)   # both functions
         if self.XLA_COMPILE:
             raise ValueError(f"{type(self).__name__}.XLA_COMPILE: TF1's xla.compile has no TF2 counterpart for "
                              "graph code; use the standard trainers with jit_compile=True.")

@@ -2,18 +2,16 @@
 ``NoOpTrainer``, whose steps compute nothing (tensorpack's path: ``tensorpack.train.trainers``)."""
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
-from ..input_source.base import InputSource
 from ..utils import logger
 from ..utils.devices import training_devices
 from ..utils.tf1_only import tf1_only_class
 from .base import Trainer
 from .horovod import HorovodTrainer  # noqa: F401 (tensorpack's path of it)
 from .interface import launch_train_with_config
-from .model_desc import ModelDesc
 from .step_runner import NoOpStepRunner, StepRunner
 
 __all__ = ["SimpleTrainer", "SyncMultiGPUTrainerReplicated", "SyncMultiGPUTrainerParameterServer",
@@ -181,30 +179,12 @@ def SyncMultiGPUTrainer(gpus, average: bool = True, **kwargs):  # noqa: N802 (te
     return SyncMultiGPUTrainerReplicated(gpus, average=average, **kwargs)
 
 
-class _FunctionModel(ModelDesc):
-    """A ModelDesc made of tensorpack's ``(input_signature, get_cost_fn, get_opt_fn)``."""
-
-    def __init__(self, input_signature: List[tf.TensorSpec], get_cost_fn: Callable, get_opt_fn: Callable):
-        self._signature = list(input_signature)
-        self._cost_fn = get_cost_fn
-        self._opt_fn = get_opt_fn
-
-    def inputs(self):
-        return self._signature
-
-    def build_graph(self, *inputs):
-        return self._cost_fn(*inputs)
-
-    def optimizer(self):
-        return self._opt_fn()
-
-
 class NoOpTrainer(SimpleTrainer):
     """A trainer whose steps do nothing: the model is built (its variables exist, callbacks
     may use them) and the loop runs the callbacks, counting steps, as tensorpack's.
 
     ``setup_graph`` takes a ModelDesc, or tensorpack's ``(input_signature, input,
-    get_cost_fn, get_opt_fn)``.
+    get_cost_fn, get_opt_fn)``, as every trainer's does.
 
     Example::
 
@@ -214,15 +194,6 @@ class NoOpTrainer(SimpleTrainer):
                             lambda: keras.optimizers.SGD(0.1))
         trainer.train_with_defaults(callbacks=[my_callback], steps_per_epoch=10, max_epoch=3)
     """
-
-    def setup_graph(self, model, input_source: InputSource, get_cost_fn: Optional[Callable] = None,
-                    get_opt_fn: Optional[Callable] = None) -> None:
-        if get_cost_fn is not None or get_opt_fn is not None:
-            if get_cost_fn is None or get_opt_fn is None:
-                raise ValueError("NoOpTrainer.setup_graph(input_signature, input, get_cost_fn, get_opt_fn) "
-                                 "needs both functions.")
-            model = _FunctionModel(model, get_cost_fn, get_opt_fn)
-        super().setup_graph(model, input_source)
 
     def _make_step_runner(self) -> StepRunner:
         return NoOpStepRunner(self.global_step_var)
