@@ -325,3 +325,38 @@ def test_metrics_of_the_models_layers_are_in_history_as_under_fit(replicas):
     _close(seen, h_ref.history["binary_accuracy"])                           # the Keras callbacks see it
     _same_weights(ref, model)
     _close(model.metrics[-1].result(), ref.metrics[-1].result())              # its state after fit
+
+
+# --- item 4: a PyDataset reordered each epoch, read ahead no further than Keras's queue -------------
+class CountedBatches(keras.utils.PyDataset):
+    def __init__(self, x, y, batch):
+        super().__init__()
+        self.x, self.y, self.batch, self.reads = x, y, batch, []
+
+    def __len__(self):
+        return int(np.ceil(len(self.x) / self.batch))
+
+    def __getitem__(self, i):
+        self.reads.append(i)
+        return self.x[i * self.batch:(i + 1) * self.batch], self.y[i * self.batch:(i + 1) * self.batch]
+
+
+def test_pydataset_with_shuffle_is_reordered_each_epoch_as_keras():
+    rng = np.random.RandomState(0)
+    x, y = rng.randn(48, 4).astype("float32"), rng.randint(0, 3, 48)
+    ref, model = _twins(lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    ref.compile(keras.optimizers.SGD(0.1), xent)
+    km = KerasModel(model)
+    km.compile(keras.optimizers.SGD(0.1), xent)
+    a, b = CountedBatches(x, y, 4), CountedBatches(x, y, 4)     # 12 batches an epoch
+    keras.utils.set_random_seed(7)
+    h_ref = ref.fit(a, epochs=3, verbose=0)                       # shuffle=True: Keras's default
+    keras.utils.set_random_seed(7)
+    h = km.fit(b, epochs=3, **QUIET)
+    trained = a.reads[-36:]                                       # (Keras reads 2 batches first, to build)
+    assert trained[:12] != list(range(12)) and trained[12:24] != trained[:12]   # Keras reorders each epoch
+    assert b.reads[:36] == trained                                # kerastrainer: the same orders
+    assert len(b.reads) <= 36 + 10 + 1                            # ahead: Keras's max_queue_size
+    _close(h.history["loss"], h_ref.history["loss"])
+    _same_weights(ref, model)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+import random
 from typing import Callable, Optional, Tuple
 
 import keras
@@ -130,15 +131,18 @@ class ArrayBatches(RNGDataFlow):
 
 
 class PyDatasetFlow(DataFlow):
-    """The batches of a ``keras.utils.PyDataset`` (or any ``keras.utils.Sequence``), in order.
+    """The batches of a ``keras.utils.PyDataset`` (or any ``keras.utils.Sequence``), in order, or
+    with ``shuffle`` in another order each pass, drawn as Keras draws it (Python's ``random``,
+    which ``keras.utils.set_random_seed`` seeds: the same order as ``fit`` under the same seed).
 
     ``on_epoch_end()`` of the PyDataset runs after each pass. Its own worker
     settings are not used: batches are read in the input thread (wrap the
     DataFlow in ``MultiProcessRunnerZMQ`` for parallel loading).
     """
 
-    def __init__(self, pyds):
+    def __init__(self, pyds, shuffle: bool = False):
         self.pyds = pyds
+        self.shuffle = bool(shuffle)
         self.bare_x = None   # whether the first item was a dict of inputs alone, once read
 
     def __len__(self) -> int:
@@ -146,7 +150,10 @@ class PyDatasetFlow(DataFlow):
         return int(n) if n is not None else len(self.pyds)
 
     def __iter__(self):
-        for i in range(len(self)):
+        order = list(range(len(self)))
+        if self.shuffle:
+            random.shuffle(order)
+        for i in order:
             item = self.pyds[i]
             if self.bare_x is None:   # (Keras wraps a bare array as (x,), and keeps a dict as it is)
                 self.bare_x = isinstance(item, dict)
@@ -339,8 +346,10 @@ class KerasData:
     Use :func:`as_keras_data` to make one.
     """
 
-    def __init__(self, kind: str, source, first, steps: Optional[int], bare_x: bool = False):
+    def __init__(self, kind: str, source, first, steps: Optional[int], bare_x: bool = False,
+                 read_ahead: int = 50):
         self.kind = kind            # 'dataflow' or 'dataset'
+        self.read_ahead = int(read_ahead)   # batches a DataFlow's input thread reads ahead at most
         self.source = source
         self.first = first          # the first datapoint: (x, y) or a flat list / dict
         self.steps = steps          # global batches in one pass, or None when unknown
@@ -381,7 +390,7 @@ class KerasData:
         flow = _FlatBatches(self.source, flatten)
         flow = SplitBatches(flow, total, with_share=True, parts=parts) if total > 1 else \
             _FlatBatches(self.source, flatten, with_share=True)
-        return QueueInput(flow), self.steps
+        return QueueInput(flow, capacity=self.read_ahead), self.steps
 
 
 def _arrays_dataset(flow: ArrayBatches) -> tf.data.Dataset:
@@ -454,8 +463,11 @@ def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool 
         return KerasData("dataset", data, _map(lambda t: t.numpy(), first), n if n >= 0 else None)
     if isinstance(data, keras.utils.PyDataset):
         _no_batch_size(batch_size, "a keras.utils.PyDataset")
-        flow = _Peeked(PyDatasetFlow(data))
-        return KerasData("dataflow", flow, flow.peek(), _dataflow_len(flow), bare_x=_read_bare(flow))
+        flow = _Peeked(PyDatasetFlow(data, shuffle=shuffle))
+        # read ahead no further than Keras's own queue for this PyDataset (its max_queue_size)
+        ahead = whole_number(getattr(data, "max_queue_size", None) or 10, "PyDataset.max_queue_size", minimum=1)
+        return KerasData("dataflow", flow, flow.peek(), _dataflow_len(flow), bare_x=_read_bare(flow),
+                         read_ahead=ahead)
     if is_dataflow(data):
         _no_batch_size(batch_size, "a DataFlow")
         flow = _Peeked(data)

@@ -477,6 +477,11 @@ class KerasModel(KerasEvaluation):
             logger.info("KerasModel: worker %d of %d %s.", rank, size,
                         f"trains on its part of each global batch ({worker[1] * self._replicas(trainer)} parts)"
                         if worker[1] > 1 else f"reads its shard of the data ({batch_size} samples a step)")
+        if shuffle and worker[1] > 1 and isinstance(data_arg, keras.utils.PyDataset):
+            logger.warn("KerasModel.fit: shuffle=True does not reorder the batches of a PyDataset on %d workers: "
+                        "each reads every batch and trains on its part, so all read them in one order (give "
+                        "each worker its own data with shard=False to shuffle).", worker[1])
+            shuffle = False
         data = as_keras_data(data_arg, batch_size=batch_size, shuffle=shuffle, arrays_as_dataset=True)
         run["worker"] = worker
         if runs_own_step(self.model):

@@ -56,7 +56,7 @@ def fit_args(kind):
 
             def __getitem__(self, i):
                 return batches[i]
-        return (Batches(),), {}
+        return (Batches(),), dict(shuffle=False)   # (fit reorders a PyDataset's batches by default)
     if kind == "dataflow":
         return (DataFromList(batches, shuffle=False),), {}
     raise ValueError(kind)
