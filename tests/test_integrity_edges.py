@@ -155,11 +155,14 @@ def _flip_bit_at(path, offset, bit=3):
 
 
 def _flip_inside(path, needle: bytes):
-    """Flip one bit in the middle of the first occurrence of ``needle`` in the file."""
+    """Flip one bit in the middle of every occurrence of ``needle`` in the file (LMDB's pages may
+    also hold a stale copy in their unused bytes: flipping only that one would damage nothing)."""
     raw = open(path, "rb").read()
     pos = raw.find(needle)
     assert pos > 0, "the data to damage is not in the file"
-    _flip_bit_at(path, pos + len(needle) // 2)
+    while pos >= 0:
+        _flip_bit_at(path, pos + len(needle) // 2)
+        pos = raw.find(needle, pos + 1)
 
 
 def _truncate(path, keep_fraction=0.6):
@@ -463,9 +466,22 @@ def test_num_proc_bound_follows_the_open_file_limit():
             "resource.RLIMIT_NOFILE)[1]))\n"
             "from kerastrainer.dataflow import DataFromList, MultiProcessRunnerZMQ\n"
             "MultiProcessRunnerZMQ(DataFromList([[1]]), num_proc=8)\n"
-            "try:\n    MultiProcessRunnerZMQ(DataFromList([[1]]), num_proc=100)\nexcept ValueError as e:\n    print(e)\n")
+            "try:\n    MultiProcessRunnerZMQ(DataFromList([[1]]), num_proc=100)\n"
+            "except ValueError as e:\n    print(e)\n")
     if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 200:
         pytest.skip("the hard open-file limit is under 200")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "num_proc=100 is more than this process can run" in out.stdout, out.stderr[-2000:]
     assert "open-file limit of 200 (ulimit -n)" in out.stdout
+
+
+# --- found on the way: LMDB files carried the writer's freed heap memory --------------------------
+def test_lmdb_file_holds_no_stale_process_memory(tmp_path):
+    from kerastrainer.dataflow.serialize import LMDBSerializer
+    marker = b"NOT-DATA-SECRET-"
+    for trial in range(3):
+        junk = [bytearray(marker * 256) for _ in range(2000)]   # 8 MiB of it on the heap, then freed
+        del junk
+        path = str(tmp_path / f"{trial}.lmdb")
+        LMDBSerializer.save(_Once([[np.arange(i % 50 + 1), "x" * (i % 7)] for i in range(300)]), path)
+        assert marker not in open(path, "rb").read()

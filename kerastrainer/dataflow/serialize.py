@@ -115,8 +115,9 @@ class LMDBSerializer:
         path = new_file_path(path, "LMDBSerializer.save")
         tmp = f"{path}.tmp-{os.getpid()}"
         remove_quietly(tmp)
-        # lock=False: the only writer is this process and readers open it read-only later
-        env = lmdb.open(tmp, subdir=False, map_size=_LMDB_INITIAL_MAP_SIZE, meminit=False, lock=False, sync=False)
+        # lock=False: the only writer is this process and readers open it read-only later.
+        # meminit stays on: without it, LMDB writes whatever the heap held into pages' unused bytes
+        env = lmdb.open(tmp, subdir=False, map_size=_LMDB_INITIAL_MAP_SIZE, lock=False, sync=False)
         try:
             df.reset_state()
             keys: List[bytes] = []
