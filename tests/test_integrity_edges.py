@@ -485,3 +485,23 @@ def test_lmdb_file_holds_no_stale_process_memory(tmp_path):
         path = str(tmp_path / f"{trial}.lmdb")
         LMDBSerializer.save(_Once([[np.arange(i % 50 + 1), "x" * (i % 7)] for i in range(300)]), path)
         assert marker not in open(path, "rb").read()
+
+
+# --- found on the way: arguments of the remote pair -----------------------------------------------
+@pytest.mark.parametrize("value", [math.nan, "1e9", 2 ** 70, 1.5, True, 100])
+def test_max_message_bytes_is_validated_with_a_clear_error(value):
+    with pytest.raises(ValueError, match="max_message_bytes"):
+        RemoteDataZMQ("tcp://127.0.0.1:*", max_message_bytes=value)
+
+
+def test_sender_with_a_very_long_timeout_still_sends(make_receiver):
+    import threading
+    ds = make_receiver()
+    sent = []
+    t = threading.Thread(target=lambda: sent.append(
+        send_dataflow_zmq(_Once([[np.arange(3000)], ["x"]]), ds.addresses[0], timeout=1e12, num_epochs=1)))
+    t.start()
+    it = iter(ds)
+    got = [next(it), next(it)]
+    t.join(60)
+    assert sent == [2] and (got[0][0] == np.arange(3000)).all() and got[1] == ["x"]

@@ -35,6 +35,7 @@ import msgpack
 import zmq
 
 from ..utils import logger
+from ..utils.casting import whole_number
 from ..utils.interrupt import keep_interrupts_from_finalizers
 from ..utils.concurrency import (describe_exitcode, die_with_parent, mp_fork_context, no_numpy_huge_pages,
                                  opencv_threads_idle, stop_processes)
@@ -158,11 +159,18 @@ def check_num_proc(num_proc: int, who: str) -> int:
 
 
 def check_max_message_bytes(value: Optional[int], who: str) -> Optional[int]:
+    """None (no limit) or a whole number of bytes in [1024, 2**62] (ZMQ_MAXMSGSIZE is an int64)."""
     if value is None:
         return None
-    if int(value) < 1024:
-        raise ValueError(f"{who}: max_message_bytes must be None (no limit) or >= 1024, got {value!r}")
-    return int(value)
+    try:
+        n = whole_number(value, f"{who}(max_message_bytes=...)")
+    except TypeError as e:   # '1e9', True: one clear ValueError for any bad value
+        raise ValueError(f"{who}: max_message_bytes must be None (no limit) or a whole number of bytes "
+                         f">= 1024, got {value!r}") from e
+    if not 1024 <= n <= 1 << 62:
+        raise ValueError(f"{who}: max_message_bytes must be None (no limit) or a whole number of bytes "
+                         f">= 1024 (and at most 2**62), got {value!r}")
+    return n
 
 
 def new_ipc_address(prefix: str) -> tuple:

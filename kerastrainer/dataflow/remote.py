@@ -51,6 +51,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from ..utils import logger
 from ..utils.casting import whole_number
+from ._workers import check_max_message_bytes
 from .base import DataFlow, DataFlowReentrantGuard, check_dataflow
 from .wire import (BUFFER_MAGIC, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_FRAMES, HEADER_MAGIC,
                    check_message_size, dumps, dumps_frames, loads, loads_frames, message_nbytes)
@@ -58,6 +59,7 @@ from .wire import (BUFFER_MAGIC, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_
 __all__ = ["send_dataflow_zmq", "RemoteDataZMQ"]
 
 _FORMATS = (None, "frames", "buffer")
+_MAX_LINGER_S = 2_000_000   # under 2**31 ms
 _LOG_EVERY_S = 60.0
 
 
@@ -106,9 +108,7 @@ def _send_or_wait(sock: zmq.Socket, frames: list, peers: _PeerCounter, addr: str
 def _check_max_bytes(value: Optional[int], who: str) -> Optional[int]:
     if value is None:
         return None
-    if int(value) < 1024:
-        raise ValueError(f"{who}: max_message_bytes must be None (no limit) or >= 1024, got {value!r}")
-    return int(value)
+    return check_max_message_bytes(value, who)
 
 
 def _check_max_frames(value: Optional[int], who: str) -> Optional[int]:
@@ -177,7 +177,8 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
     sock = ctx.socket(zmq.PUSH)
     sock.sndhwm = hwm
     sock.immediate = 1   # queue nothing for a receiver that is not connected yet
-    sock.linger = int(timeout * 1000)  # deliver what is queued at the end, but never hang on it
+    # deliver what is queued at the end, but never hang on it (zmq's linger is an int of ms)
+    sock.linger = int(min(timeout, _MAX_LINGER_S) * 1000)
     peers = _PeerCounter(sock)
     try:
         try:
