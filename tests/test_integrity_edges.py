@@ -505,3 +505,10 @@ def test_sender_with_a_very_long_timeout_still_sends(make_receiver):
     got = [next(it), next(it)]
     t.join(60)
     assert sent == [2] and (got[0][0] == np.arange(3000)).all() and got[1] == ["x"]
+
+
+def test_hdf5_component_named_like_the_checksum_table_is_refused(tmp_path):
+    from kerastrainer.dataflow.serialize import HDF5Serializer
+    with pytest.raises(ValueError, match="__kt_sum64__.*checksum table"):
+        HDF5Serializer.save(_Once([[1, 2]]), str(tmp_path / "x.h5"), ["a", "__kt_sum64__"])
+    assert not os.listdir(tmp_path)

@@ -92,6 +92,9 @@ class HDF5Serializer:
         datapoint to the dataset ``data_paths[i]`` of the new file ``path``."""
         check_dataflow(df, "HDF5Serializer.save")
         names = _check_data_paths(data_paths, "HDF5Serializer.save")
+        if _SUMS in names:
+            raise ValueError(f"HDF5Serializer.save: {_SUMS!r} is the name of the file's checksum table; "
+                             "give that component another name in data_paths")
         h5py = _import_h5py()
         path = new_file_path(path, "HDF5Serializer.save")
         df.reset_state()
