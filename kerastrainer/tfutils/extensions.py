@@ -153,7 +153,10 @@ def read_optimizer(optimizer_fn: Callable, layer_store):
     load_extensions()
     if _optimizer["read"] is not None:
         return _optimizer["read"](optimizer_fn, layer_store)
-    return translate_optimizer(optimizer_fn())
+    opt = optimizer_fn()
+    # a TF1 optimizer from a program that the source scan did not show to use TF1 (its code
+    # lives in an installed package): the TF1 layer translates it
+    return translate_optimizer(opt) if hasattr(opt, "compute_gradients") and not _is_keras_optimizer(opt) else opt
 
 
 def translate_optimizer(opt):
