@@ -512,3 +512,109 @@ def test_hdf5_component_named_like_the_checksum_table_is_refused(tmp_path):
     with pytest.raises(ValueError, match="__kt_sum64__.*checksum table"):
         HDF5Serializer.save(_Once([[1, 2]]), str(tmp_path / "x.h5"), ["a", "__kt_sum64__"])
     assert not os.listdir(tmp_path)
+
+
+# --- item 9 (training side): epochs that mean nothing, a NaN learning rate ------------------------
+def _quiet(**kw):
+    from kerastrainer.train import TrainConfig
+    kw.setdefault("extra_callbacks", [])
+    kw.setdefault("monitors", [])
+    return TrainConfig(**kw)
+
+
+@pytest.mark.parametrize("max_epoch", [-3, -1])
+def test_negative_max_epoch_is_refused(max_epoch):
+    from _models import MLP, LinearData
+    with pytest.raises(ValueError, match=rf"TrainConfig\(max_epoch={max_epoch}\): max_epoch is the number of "
+                                         "the last epoch.*or 0 to build the model"):
+        _quiet(model=MLP(), dataflow=LinearData(), max_epoch=max_epoch)
+
+
+@pytest.mark.parametrize("epochs", [dict(max_epoch=0), dict(starting_epoch=5, max_epoch=3)])
+def test_no_epoch_to_run_is_said_not_silent(epochs, kt_log):
+    from _models import MLP, LinearData
+    from kerastrainer.train import SimpleTrainer, launch_train_with_config
+    t = SimpleTrainer()
+    launch_train_with_config(_quiet(model=MLP(), dataflow=LinearData(num_batches=2), **epochs), t)
+    assert t.global_step == 0   # built, nothing trained, as before; now with a warning saying so
+    assert (f"TrainConfig(max_epoch={epochs['max_epoch']}, starting_epoch={epochs.get('starting_epoch', 1)}): "
+            "no epoch will run") in kt_log.warnings()
+
+
+def test_nan_learning_rate_is_named_before_the_first_step():
+    from _models import MLP, LinearData
+    from kerastrainer.train import SimpleTrainer, launch_train_with_config
+    t = SimpleTrainer()
+    with pytest.raises(ValueError, match=r"Training cannot start: the optimizer \(SGD\) has learning_rate=nan"):
+        launch_train_with_config(_quiet(model=MLP(lr=math.nan), dataflow=LinearData(), max_epoch=1), t)
+    assert t.global_step == 0
+
+
+def test_inf_beta_is_named_before_the_first_step():
+    import keras
+
+    from _models import MLP, LinearData
+    from kerastrainer.train import SimpleTrainer, launch_train_with_config
+
+    class M(MLP):
+        def optimizer(self):
+            return keras.optimizers.Adam(1e-3, beta_1=math.inf)
+    with pytest.raises(ValueError, match=r"the optimizer \(Adam\) has beta_1=inf"):
+        launch_train_with_config(_quiet(model=M(), dataflow=LinearData(), max_epoch=1), SimpleTrainer())
+
+
+def test_nan_learning_rate_set_during_training_is_blamed_not_the_cost():
+    from _models import MLP, LinearData
+    from kerastrainer.callbacks import NonFiniteLossError, ScheduledHyperParamSetter, TerminateOnNonFinite
+    from kerastrainer.train import SimpleTrainer, launch_train_with_config
+    setter = ScheduledHyperParamSetter("learning_rate", [(0, 0.1), (1, math.nan)])
+    with pytest.raises(NonFiniteLossError) as err:
+        launch_train_with_config(_quiet(model=MLP(), dataflow=LinearData(num_batches=4), max_epoch=3,
+                                        callbacks=[setter], extra_callbacks=[TerminateOnNonFinite()]),
+                                 SimpleTrainer(steps_per_call=1))
+    msg = str(err.value)
+    assert "The cause is the optimizer, not the cost: the optimizer (SGD) has learning_rate=nan" in msg
+    assert "Lower the learning rate" not in msg
+    assert err.value.global_step == 5   # the first step of epoch 2
+
+
+# --- item 4: a restore that rounds saved values into a narrower float ----------------------------
+class _Float16Target:
+    """A model of two float16 variables, named as a checkpoint names them."""
+
+    def __init__(self):
+        import tensorflow as tf
+        self.vars = {"fc/W": tf.Variable(np.zeros((4, 4), np.float16), name="W"),
+                     "fc/b": tf.Variable(np.zeros(4, np.float16), name="b")}
+
+    def named_variables(self):
+        return dict(self.vars)
+
+
+@pytest.mark.parametrize("fmt", ["checkpoint", "npz"])
+def test_float32_weights_rounded_into_float16_variables_are_named(tmp_path, kt_log, fmt):
+    from kerastrainer.tfutils.sessinit import SmartInit
+    from kerastrainer.tfutils.varmanip import save_chkpt_vars
+    w = np.random.RandomState(0).randn(4, 4).astype(np.float32)   # not representable in float16
+    b = np.array([0.5, -1, 2, 0.25], np.float32)                     # exactly representable: no word
+    path = str(tmp_path / ("w.npz" if fmt == "npz" else "ckpt"))
+    save_chkpt_vars({"fc/W": w, "fc/b": b}, path)
+    target = _Float16Target()
+    SmartInit(path).init(target)
+    warned = kt_log.warnings()
+    assert "1 variable(s) of the model have a narrower float dtype than their saved values, which were " \
+           "rounded: fc/W (float32 -> float16: 16 of 16 values changed, by up to" in warned, kt_log.text()
+    assert "fc/b" not in warned and path in warned
+    np.testing.assert_array_equal(target.vars["fc/W"].numpy(), w.astype(np.float16))
+    np.testing.assert_array_equal(target.vars["fc/b"].numpy(), b.astype(np.float16))
+
+
+def test_float32_weight_out_of_float16_range_is_refused_by_name(tmp_path):
+    from kerastrainer.tfutils.sessinit import SmartInit
+    from kerastrainer.tfutils.varmanip import CheckpointLoadError, save_chkpt_vars
+    path = str(tmp_path / "ckpt")
+    save_chkpt_vars({"fc/W": np.full((4, 4), 1e5, np.float32), "fc/b": np.zeros(4, np.float32)}, path)
+    target = _Float16Target()
+    with pytest.raises(CheckpointLoadError, match=r"variable 'fc/W': the value 100000.0 at index \(0, 0\) does "
+                                                  r"not fit float16"):
+        SmartInit(path).init(target)

@@ -21,6 +21,7 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
+from ..tfutils.optimizer_check import describe_nonfinite_hyperparameters
 from ..utils import logger
 from ..utils.tf1_only import tf1_only_class
 from .base import Callback
@@ -102,7 +103,9 @@ class TerminateOnNonFinite(Callback):
     (a finite cost) point at the input data. This callback raises
     :class:`NonFiniteLossError` naming that step. Where that key is missing it
     checks the call's average cost instead and names the call's range of steps.
-    It runs on every worker, so that all of them stop together.
+    It runs on every worker, so that all of them stop together. Before the first step, and
+    whenever the cost is NaN, the optimizers' hyper-parameters are checked: a NaN or Inf
+    learning rate (or beta, epsilon...) is named as the cause.
 
     Example::
 
@@ -114,6 +117,21 @@ class TerminateOnNonFinite(Callback):
 
     _chief_only = False
     _runs_first = True  # before a ModelSaver triggered at the same step
+
+    def _before_train(self):
+        # after session_init: a restored or code-given NaN learning rate is named before any step
+        bad = describe_nonfinite_hyperparameters(self.trainer)
+        if bad:
+            raise NonFiniteLossError(f"Training cannot start: {bad}. Give finite values (ModelDesc.optimizer(), "
+                                     "a schedule, a checkpoint).", global_step=self.global_step)
+
+    def _blame(self, default: str) -> str:
+        """The advice of a NaN cost: the optimizer's non-finite hyper-parameter when it has one."""
+        bad = describe_nonfinite_hyperparameters(self.trainer)
+        if bad:
+            return (f"The cause is the optimizer, not the cost: {bad} (set by a schedule or a "
+                    "HyperParamSetter?); keep it finite.")
+        return default
 
     def _trigger_step(self):
         outputs = self.trainer.last_step_outputs
@@ -132,8 +150,9 @@ class TerminateOnNonFinite(Callback):
                         global_step=bad)
                 raise NonFiniteLossError(
                     f"The cost became NaN or Inf at global step {bad} (epoch {self.epoch_num}; "
-                    f"the call's mean cost: {cost}). Lower the learning rate, check the input "
-                    "data for NaN/Inf, or clip gradients.", global_step=bad)
+                    f"the call's mean cost: {cost}). " + self._blame(
+                        "Lower the learning rate, check the input data for NaN/Inf, or clip gradients."),
+                    global_step=bad)
             return
         cost = outputs.get("cost")
         if cost is not None and not math.isfinite(float(cost)):
@@ -141,8 +160,9 @@ class TerminateOnNonFinite(Callback):
             first = self.global_step - k + 1
             where = f"global step {first}" if k == 1 else f"global steps {first}-{self.global_step}"
             raise NonFiniteLossError(
-                f"The cost became {cost} in {where} (epoch {self.epoch_num}). Lower the learning "
-                "rate, check the input data for NaN/Inf, or clip gradients.", global_step=first)
+                f"The cost became {cost} in {where} (epoch {self.epoch_num}). " + self._blame(
+                    "Lower the learning rate, check the input data for NaN/Inf, or clip gradients."),
+                global_step=first)
 
 
 # Keras' name, so that Keras users find it.

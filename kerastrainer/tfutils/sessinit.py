@@ -26,11 +26,10 @@ import numpy as np
 import tensorflow as tf
 
 from ..utils import logger
-from ..utils.casting import cast_exactly
 from ..utils.npzfile import read_npz
 from .checkpoint_files import get_checkpoint_path, latest_checkpoint, list_checkpoints
-from .varmanip import (HYPERPARAMS_FROM, CheckpointLoadError, assign_by_name, counter_of, is_named_format,
-                       load_chkpt_vars, nonfinite_names, rename_by_structure)
+from .varmanip import (HYPERPARAMS_FROM, CheckpointLoadError, assign_by_name, assign_saved_value, counter_of,
+                       is_named_format, load_chkpt_vars, nonfinite_names, rename_by_structure, warn_rounded)
 
 __all__ = ["SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore",
            "NpzInit", "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError",
@@ -244,6 +243,7 @@ class DictRestore(SessionInit):
         if missing:
             logger.warning("%s: %d variables of the model are not given and keep their values: %s",
                            self._source, len(missing), ", ".join(missing[:20]))
+        rounded = []
         for name in sorted(set(given) & set(named)):
             var = named[name]
             val = given[name]
@@ -251,8 +251,8 @@ class DictRestore(SessionInit):
                 raise CheckpointLoadError(
                     f"{self._source}: variable '{name}' has shape {tuple(var.shape)} in the model but "
                     f"{tuple(val.shape)} in the file.")
-            var.assign(cast_exactly(val, np.dtype(getattr(var.dtype, "as_numpy_dtype", var.dtype)),
-                                    f"{self._source}: variable '{name}'", CheckpointLoadError))
+            assign_saved_value(var, val, name, self._source, rounded)
+        warn_rounded(self._source, rounded)
         logger.info("Restored %d variables from %s", len(set(given) & set(named)), self._source)
 
 

@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from .._internals import optimizer_slot_lists, optimizer_trainable_variables
 from ..utils import logger
-from ..utils.casting import cast_exactly
+from ..utils.casting import cast_exactly, float_rounding
 from ..utils.tf1_only import tf1_only_class
 from .checkpoint_files import get_checkpoint_path, list_checkpoints
 
@@ -567,15 +567,35 @@ def assign_by_name(target, arrays: Dict[str, np.ndarray], source: str, model_onl
     if lines:
         logger.warning("Loading '%s': %s\nThose variables keep their current values.", source,
                        "\n  ".join([""] + lines))
+    rounded: List[str] = []
     for name in matched:
-        var = wanted[name]
-        val = np.asarray(arrays[name])
-        dtype = tf.as_dtype(var.dtype)
-        if val.dtype != dtype.as_numpy_dtype:   # (never changing a value: an int64 into int32 that wraps)
-            val = cast_exactly(val, dtype.as_numpy_dtype, f"Checkpoint '{source}': variable '{name}'",
-                               CheckpointLoadError)
-        var.assign(val)
+        assign_saved_value(wanted[name], arrays[name], name, f"Checkpoint '{source}'", rounded)
+    warn_rounded(source, rounded)
     return len(matched)
+
+
+def assign_saved_value(var, value, name: str, what: str, rounded: List[str]) -> None:
+    """``var.assign(value)`` in the variable's dtype. A cast that changes a value out of range (an
+    int64 into int32 that wraps, a float32 1e5 into float16) raises :class:`CheckpointLoadError`;
+    floats rounded to a narrower float are assigned and described in ``rounded`` (for one warning)."""
+    val = np.asarray(value)
+    want = np.dtype(tf.as_dtype(var.dtype).as_numpy_dtype)
+    if val.dtype != want:
+        val = cast_exactly(val, want, f"{what}: variable '{name}'", CheckpointLoadError)
+        change = float_rounding(np.asarray(value), want)
+        if change is not None:
+            rounded.append(f"{name} ({np.asarray(value).dtype.name} -> {want.name}: {change[0]} of {val.size} "
+                           f"values changed, by up to {change[1]:.3g})")
+    var.assign(val)
+
+
+def warn_rounded(source: str, rounded: List[str]) -> None:
+    """One warning naming every variable whose saved values were rounded on load."""
+    if rounded:
+        logger.warning("Loading '%s': %d variable(s) of the model have a narrower float dtype than their saved "
+                       "values, which were rounded: %s. To keep the saved values, build the model in the saved "
+                       "dtype (its dtype policy), or convert the weights on purpose before loading.",
+                       source, len(rounded), ", ".join(rounded))
 
 
 def counter_of(arrays: Dict[str, np.ndarray], name: str) -> Optional[int]:

@@ -8,6 +8,7 @@ from ..callbacks.base import Callback
 from ..callbacks.defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 from ..dataflow.base import check_dataflow
 from ..input_source.base import InputSource
+from ..tfutils.optimizer_check import describe_nonfinite_hyperparameters
 from ..tfutils.sessinit import SmartInit
 from ..utils import logger
 from ..utils.casting import whole_number
@@ -33,7 +34,9 @@ class TrainConfig:
         starting_epoch: the number of the first epoch (epochs count from 1).
         steps_per_epoch: steps in one epoch; defaults to the data's size (per tower:
             the DataFlow's length divided by the number of towers).
-        max_epoch: the number of the last epoch.
+        max_epoch: the number of the last epoch (not a count of epochs). Negative is an error; 0
+            (or less than ``starting_epoch``) builds the model, loads ``session_init`` and trains
+            nothing, with a warning.
 
     Example::
 
@@ -75,7 +78,7 @@ class TrainConfig:
             raise ValueError(f"starting_epoch counts from 1; got {starting_epoch}")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be positive; got {steps_per_epoch}")
-
+        _check_epochs(self.starting_epoch, self.max_epoch)
 
     def resolve_resume(self) -> None:
         """Decide, at launch, where training resumes from (nothing here; AutoResumeTrainConfig)."""
@@ -95,6 +98,30 @@ class TrainConfig:
             raise TypeError(f"TrainConfig(model=...) must be a ModelDesc; got {type(self.model).__name__}. "
                             "For a Keras model use kerastrainer.KerasModel.")
         self.check_has_data()
+
+
+def _check_epochs(starting_epoch: int, max_epoch: int) -> None:
+    """max_epoch is the number of the last epoch: negative is an error; below starting_epoch
+    trains nothing (max_epoch=0 builds a model and loads session_init; Keras's fit(epochs=2,
+    initial_epoch=5) trains nothing too): a warning, never silence."""
+    if max_epoch < 0:
+        raise ValueError(f"TrainConfig(max_epoch={max_epoch}): max_epoch is the number of the last epoch "
+                         "(epochs count from 1); give a positive number, or 0 to build the model and load "
+                         "session_init without training.")
+    if max_epoch < starting_epoch:
+        logger.warning("TrainConfig(max_epoch=%d, starting_epoch=%d): no epoch will run: the model is built, "
+                       "session_init loaded and the callbacks' before_train/after_train run, but nothing is "
+                       "trained. max_epoch is the number of the last epoch (not a count): give max_epoch >= "
+                       "starting_epoch to train.", max_epoch, starting_epoch)
+
+
+def check_optimizer_values(trainer) -> None:
+    """Before the first step: every optimizer's hyper-parameters are finite (a NaN learning rate
+    would otherwise show only as a NaN cost, blamed on the cost)."""
+    bad = describe_nonfinite_hyperparameters(trainer)
+    if bad:
+        raise ValueError(f"Training cannot start: {bad}. Give finite values in ModelDesc.optimizer() "
+                         "(or in what sets them: a schedule, a checkpoint).")
 
 
 def _whole(name: str, value) -> int:

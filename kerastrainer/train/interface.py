@@ -12,7 +12,7 @@ from ..utils import logger
 from ..utils.devices import get_num_gpu
 from ..utils.interrupt import finalizer_interrupts_kept
 from .base import Trainer
-from .config import TrainConfig, resolve_steps_per_epoch
+from .config import TrainConfig, check_optimizer_values, resolve_steps_per_epoch
 from .stop_signals import stop_signal_scope
 
 __all__ = ["launch_train_with_config", "apply_default_input", "staged_on_gpus"]
@@ -56,6 +56,11 @@ def _launch(config: TrainConfig, trainer: Trainer) -> Trainer:
         logger.warning("No log directory is set (logger.set_logger_dir): checkpoints and stats files "
                        "will not be written.")
     trainer.setup_graph(config.model, source)
+    try:
+        check_optimizer_values(trainer)
+    except BaseException:
+        source.close()   # set up by setup_graph; its threads never started
+        raise
     # each process's DataFlow feeds only its own towers (multi-worker trainers have fewer local ones)
     steps = resolve_steps_per_epoch(config, source, getattr(trainer, "num_local_replicas", trainer.num_replicas))
     trainer.train(config.callbacks + config.extra_callbacks, config.monitors, config.session_init,

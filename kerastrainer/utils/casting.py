@@ -24,7 +24,7 @@ from typing import Any, Optional, Tuple, Type
 
 import numpy as np
 
-__all__ = ["check_cast_keeps_values", "cast_exactly", "whole_number"]
+__all__ = ["check_cast_keeps_values", "cast_exactly", "whole_number", "float_rounding"]
 
 
 def _cast_limit(src: np.dtype, dst: np.dtype) -> Optional[Tuple[float, float]]:
@@ -87,6 +87,23 @@ def cast_exactly(value, want, what: str, error: Type[Exception] = ValueError) ->
         check_cast_keeps_values(arr, want, what, error)
         arr = arr.astype(want)
     return arr
+
+
+def float_rounding(arr: np.ndarray, want) -> Optional[Tuple[int, float]]:
+    """A float array cast to a narrower float (float32 saved weights into a float16 variable):
+    ``(how many values change, the largest change)``, or None when every value survives. Where
+    rounding is the caller's concern (a checkpoint restore says so), not an error here."""
+    want = np.dtype(want)
+    if arr.dtype.kind != "f" or want.kind != "f" or want.itemsize >= arr.dtype.itemsize or arr.size == 0:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        back = arr.astype(want).astype(arr.dtype)
+        changed = (back != arr) & ~(np.isnan(arr) & np.isnan(back))
+    n = int(np.count_nonzero(changed))
+    if not n:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        return n, float(np.max(np.abs(back[changed].astype(np.float64) - arr[changed])))
 
 
 def whole_number(value: Any, what: str, minimum: Optional[int] = None) -> int:
