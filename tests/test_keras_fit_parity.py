@@ -275,7 +275,8 @@ def test_own_train_step_given_x_alone_receives_what_keras_gives(form):
     ref, model = _twins(build)
     data, fit_kw = {"array": (x, dict(batch_size=8)), "dict": ({"image": x}, dict(batch_size=8)),
                     "dataset": (tf.data.Dataset.from_tensor_slices(x).batch(8), {}),
-                    "pydataset_array": (ImageBatches(x, False), {}), "pydataset_dict": (ImageBatches(x, True), {})}[form]
+                    "pydataset_array": (ImageBatches(x, False), {}),
+                    "pydataset_dict": (ImageBatches(x, True), {})}[form]
     ref.compile(keras.optimizers.SGD(0.1))
     km = KerasModel(model)
     km.compile(keras.optimizers.SGD(0.1))
@@ -358,5 +359,24 @@ def test_pydataset_with_shuffle_is_reordered_each_epoch_as_keras():
     assert trained[:12] != list(range(12)) and trained[12:24] != trained[:12]   # Keras reorders each epoch
     assert b.reads[:36] == trained                                # kerastrainer: the same orders
     assert len(b.reads) <= 36 + 10 + 1                            # ahead: Keras's max_queue_size
+    _close(h.history["loss"], h_ref.history["loss"])
+    _same_weights(ref, model)
+
+
+# --- item 5: a shuffled tf.data pipeline's first reshuffle is the first epoch's -------------------
+def test_a_shuffled_dataset_gives_the_first_epoch_fits_order():
+    rng = np.random.RandomState(0)
+    x, y = rng.randn(48, 4).astype("float32"), rng.randint(0, 3, 48)
+    ref, model = _twins(lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    ref.compile(keras.optimizers.SGD(0.1), xent)
+    km = KerasModel(model)
+    km.compile(keras.optimizers.SGD(0.1), xent)
+
+    def shuffled():   # the same seed, the same pipeline: the same first order
+        keras.utils.set_random_seed(3)
+        return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(48).batch(8)
+    h_ref = ref.fit(shuffled(), epochs=1, verbose=0)
+    h = km.fit(shuffled(), epochs=1, **QUIET)   # (no batch read ahead of training to learn the shapes)
     _close(h.history["loss"], h_ref.history["loss"])
     _same_weights(ref, model)

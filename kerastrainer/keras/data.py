@@ -51,7 +51,7 @@ from ..utils import logger
 from ..utils.casting import whole_number
 
 __all__ = ["KerasData", "as_keras_data", "ArrayBatches", "SplitBatches", "PyDatasetFlow", "TFDatasetFlow",
-           "GeneratorFlow", "SHARE_SPEC"]
+           "GeneratorFlow", "SpecSample", "SHARE_SPEC"]
 
 DEFAULT_BATCH_SIZE = 32
 #: the last component of every flat batch: the replica's share of the global batch
@@ -456,11 +456,16 @@ def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool 
                          "weights: yield (x, y, sample_weight) batches.")
     if isinstance(data, tf.data.Dataset):
         _no_batch_size(batch_size, "a tf.data.Dataset")
-        first = next(iter(data.take(1)), None)
-        if first is None:
-            raise ValueError("The tf.data.Dataset is empty.")
         n = int(data.cardinality())
-        return KerasData("dataset", data, _map(lambda t: t.numpy(), first), n if n >= 0 else None)
+        if n == 0:
+            raise ValueError("The tf.data.Dataset is empty.")
+        first = _stand_in(data.element_spec)
+        if first is None:   # (a ragged or sparse element: read the first one)
+            first = next(iter(data.take(1)), None)
+            if first is None:
+                raise ValueError("The tf.data.Dataset is empty.")
+            first = _map(lambda t: t.numpy(), first)
+        return KerasData("dataset", data, first, n if n >= 0 else None)
     if isinstance(data, keras.utils.PyDataset):
         _no_batch_size(batch_size, "a keras.utils.PyDataset")
         flow = _Peeked(PyDatasetFlow(data, shuffle=shuffle))
@@ -498,6 +503,38 @@ def as_keras_data(data, y=None, batch_size: Optional[int] = None, shuffle: bool 
 def _read_bare(flow: "_Peeked") -> bool:
     """Whether the peeked first item of a PyDataset was x alone, as Keras keeps it (a dict)."""
     return bool(getattr(flow.ds, "bare_x", False))
+
+
+class SpecSample:
+    """A stand-in for one component of a dataset's first batch, made from its ``TensorSpec``: reading
+    the first element would use up a shuffled pipeline's first reshuffle (the first epoch would see
+    another order than under ``fit`` with the same seed). As an array it is zeros (unknown sizes 1);
+    its ``shape`` is the spec's, unknown sizes None."""
+
+    def __init__(self, spec: tf.TensorSpec):
+        self.shape = tuple(spec.shape.as_list())
+        self.dtype = spec.dtype
+        self.ndim = len(self.shape)
+
+    def __array__(self, dtype=None, copy=None):
+        np_dtype = self.dtype.as_numpy_dtype
+        arr = np.full([1 if d is None else d for d in self.shape], b"" if np_dtype is object else 0, np_dtype)
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __len__(self) -> int:
+        return 1 if not self.shape or self.shape[0] is None else self.shape[0]
+
+    def __getitem__(self, index):
+        return np.asarray(self)[index]
+
+
+def _stand_in(element_spec):
+    """The structure of ``element_spec`` with a :class:`SpecSample` per spec; None when a component is
+    not a plain dense tensor of known rank."""
+    specs = tf.nest.flatten(element_spec)
+    if not specs or not all(type(s) is tf.TensorSpec and s.shape.rank for s in specs):
+        return None
+    return tf.nest.map_structure(SpecSample, element_spec)
 
 
 def _is_arrays(data) -> bool:

@@ -73,7 +73,7 @@ from ..train.trainers import SimpleTrainer
 from ..utils import logger
 from .adapter import KerasModelDesc
 from .callbacks import KerasCallback, KerasTestHooks, backup_initial_epoch, wrap_keras_callbacks
-from .data import (SHARE_SPEC, KerasData, _FirstBatches, _FlatBatches, _is_arrays,
+from .data import (SHARE_SPEC, KerasData, SpecSample, _FirstBatches, _FlatBatches, _is_arrays,
                    apply_class_weight, as_keras_data, class_weights_of, split_validation)
 from .evaluation import KerasEvaluation, _flattener
 from .fit_arguments import (_KERAS_EPOCHS, _check_validation, _check_verbose, _checked_compile_kwargs,  # noqa: F401
@@ -98,6 +98,29 @@ def _first_sample_batch(struct):
     if arr.dtype == np.float64:
         arr = arr.astype(np.float32)
     return arr[:1]
+
+
+def _probe_batch(x, check: ModelIO, data: Optional[KerasData]):
+    """One sample of ``x`` to call the model on. A dataset's stand-in (:class:`SpecSample`) with
+    unknown sizes takes them from the model's declared inputs; a model without declared inputs is
+    probed on the dataset's first batch, read for it (a shuffled pipeline's first reshuffle then
+    goes to it, with a log line)."""
+    leaves = tf.nest.flatten(x)
+    if not any(isinstance(v, SpecSample) and None in v.shape[1:] for v in leaves):
+        return _first_sample_batch(x)
+    specs = check.input_specs
+    if all(s.shape.rank is not None and None not in s.shape.as_list()[1:] for s in specs):
+        return check.pack_inputs([np.zeros([1] + s.shape.as_list()[1:], s.dtype.as_numpy_dtype) for s in specs])
+    logger.info("KerasModel: the data's sizes %s are unknown and the model declares none: its first batch is "
+                "read to build the model (a shuffled tf.data pipeline's first reshuffle goes to it).",
+                [v.shape for v in leaves if isinstance(v, SpecSample)])
+    first = _map_numpy(next(iter(data.source.take(1))))
+    hint = len(check.input_specs)
+    return _first_sample_batch(_split_xy(_without_weights(first, None, hint), hint)[0])
+
+
+def _map_numpy(struct):
+    return tf.nest.map_structure(lambda t: t.numpy(), struct)
 
 
 def _split_xy(first, n_inputs_hint: Optional[int] = None):
@@ -333,11 +356,12 @@ class KerasModel(KerasEvaluation):
             y = _zeros_like_specs(as_spec_list(self.target_signature, "target_signature"))
         else:
             x, y = _split_xy(_without_weights(data.first, model, hint), hint)
-        x1 = _first_sample_batch(x)
         # the data against the model's declared inputs first: a clearer error than Keras' own
-        ModelIO.from_model(model, x, None, ["output"], "single", {}, self.input_signature, None)
+        check = ModelIO.from_model(model, x, None, ["output"], "single", {}, self.input_signature, None)
+        x1 = _probe_batch(x, check, data)
         if not model.built and isinstance(model, keras.Sequential) and not isinstance(x1, (list, dict)):
-            model.build((None,) + tuple(x1.shape[1:]))  # any batch size, not the probe's
+            shape = x.shape if isinstance(x, SpecSample) else x1.shape   # (a dataset's unknown sizes kept)
+            model.build((None,) + tuple(shape[1:]))  # any batch size, not the probe's
         # one forward pass on one sample builds an unbuilt model and shows its outputs
         try:
             y_pred = model(x1, training=False)

@@ -35,7 +35,7 @@ from ..tfutils.objective import OwnUpdates
 from ..tfutils.tower_func import ModelVariables
 from ..train.model_desc import ModelDesc
 from ..utils import logger
-from .data import SHARE_SPEC
+from .data import SHARE_SPEC, SpecSample
 from .variables import place_on_strategy, rekey_optimizer, unique_variables
 
 __all__ = ["OWN_STEP_METHODS", "runs_own_step", "overridden", "KerasOwnStepDesc", "ResetKerasMetrics",
@@ -69,6 +69,8 @@ def model_optimizers(model: keras.Model) -> Dict[str, keras.optimizers.Optimizer
 
 
 def _leaf_spec(leaf, index: int) -> tf.TensorSpec:
+    if isinstance(leaf, SpecSample):   # a tf.data.Dataset's component: its own spec, unknown sizes kept
+        return tf.TensorSpec((None,) + leaf.shape[1:], leaf.dtype, name=f"data_{index}")
     arr = np.asarray(leaf)
     dtype = tf.float32 if arr.dtype == np.float64 else tf.as_dtype(arr.dtype)   # Keras's floatx, as fit
     if arr.ndim == 0:

@@ -417,12 +417,12 @@ def _conform(c, spec: tf.TensorSpec, is_input: bool):
 
 def flatten_xy(dp, io: ModelIO) -> list:
     """The flat ``[inputs..., targets...(, weights...)]`` of one datapoint (numpy arrays or tensors):
-    ``(x, y)``, ``(x, y, sample_weight)``, ``(x,)``, a flat list or a dict; each component in its
-    spec's dtype, and an input of the rank its ``Input`` takes where Keras's functional model
-    adjusts it (integer token ids into a float ``Input`` are cast, as Keras casts them)."""
+    ``(x, y)``, ``(x, y, sample_weight)``, ``(x,)``, a flat list or a dict; a tensor in its spec's
+    dtype, and an input of the rank its ``Input`` takes where Keras's functional model adjusts it
+    (integer token ids into a float ``Input`` are cast, as Keras casts them)."""
     flat = _flatten_xy(dp, io)
-    n_in = len(io.input_specs)
-    return [_conform(c, spec, i < n_in) for i, (c, spec) in enumerate(zip(flat, io.signature))] + flat[len(io.signature):]
+    n_in, n_sig = len(io.input_specs), len(io.signature)
+    return [_conform(c, spec, i < n_in) for i, (c, spec) in enumerate(zip(flat, io.signature))] + flat[n_sig:]
 
 
 def _flatten_xy(dp, io: ModelIO) -> list:
