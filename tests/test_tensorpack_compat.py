@@ -133,6 +133,54 @@ def test_learning_rate_expression_of_the_global_step_follows_training():
     assert float(trainer.optimizer.learning_rate) == pytest.approx(0.1 * 0.5 ** 2)
 
 
+class _ScaledLRVariable(_Base):
+    """FasterRCNN's form: the schedule sets the variable, the optimizer runs at a fraction of it."""
+
+    def build_graph(self, x, y):
+        return self.logits_cost(x, y)
+
+    def optimizer(self):
+        lr = tfv1.get_variable("learning_rate", initializer=0.08, trainable=False)
+        return tfv1.train.MomentumOptimizer(lr / 8., 0.9)
+
+
+def test_a_learning_rate_computed_from_a_variable_follows_the_variable():
+    lrs = []
+
+    class Seen(Callback):
+        def _trigger_step(self):
+            lrs.append(float(self.trainer.optimizer.learning_rate))
+
+    trainer = _train(_ScaledLRVariable(), steps=4, steps_per_call=1,
+                     callbacks=[ScheduledHyperParamSetter("learning_rate", [(0, 0.08), (2, 0.04)],
+                                                          step_based=True), Seen()])
+    assert trainer.get_hyperparam_var("learning_rate").name.startswith("learning_rate")
+    # the optimizer always runs at the variable / 8 (it ran at the variable itself: 8x the rate)
+    np.testing.assert_allclose(lrs, [0.01, 0.005, 0.005, 0.005], rtol=1e-6)
+
+
+class _WarmUpLR(_Base):
+    def build_graph(self, x, y):
+        return self.logits_cost(x, y)
+
+    def optimizer(self):
+        step = tf.cast(get_global_step_var(), tf.float32)
+        lr = tf.where(step < 4., step / 4. * 0.4, 0.4)   # warm-up: 0 at step 0, built before training
+        return tfv1.train.GradientDescentOptimizer(lr)
+
+
+def test_a_warm_up_learning_rate_of_the_global_step_moves_with_it():
+    lrs = []
+
+    class Seen(Callback):
+        def _trigger_step(self):
+            lrs.append(float(self.trainer.optimizer.learning_rate))
+
+    _train(_WarmUpLR(), steps=5, steps_per_call=1, callbacks=[Seen()])
+    # it was the constant of step 0: the whole run trained at learning rate 0
+    np.testing.assert_allclose(lrs, [0.1, 0.2, 0.3, 0.4, 0.4], rtol=1e-6)
+
+
 class _PiecewiseLR(_Base):
     def build_graph(self, x, y):
         return self.logits_cost(x, y)

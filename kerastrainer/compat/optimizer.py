@@ -217,6 +217,12 @@ def call_optimizer(fn: Callable, store: LayerStore) -> keras.optimizers.Optimize
                     opt, lr_function = _call_in_graph_mode(fn, store)
                 except Exception:
                     raise eager_error from None
+            else:
+                if _computed_learning_rate(opt):
+                    # `MomentumOptimizer(lr / 8.)`, a warm-up `tf.where(global_step < w, ...)`: evaluated
+                    # eagerly it is one number; TF1 computed it every step. Traced, it is recomputed.
+                    opt, lr_function = _call_in_graph_mode(fn, store, "its learning rate is a tensor computed "
+                                                                      "from variables or the global step")
     finally:
         store.allow_create = allow
     if is_objective_list(opt):   # a step with several costs: each objective's optimizer translated
@@ -240,7 +246,19 @@ def _keras_optimizer(opt, lr_function, store: LayerStore) -> keras.optimizers.Op
     return kopt
 
 
-def _call_in_graph_mode(fn: Callable, store: LayerStore):
+def _computed_learning_rate(opt) -> bool:
+    """Whether a TF1 optimizer's learning rate is a tensor computed eagerly (not a number or a variable)."""
+    inner = opt.opt if isinstance(opt, GradientProcessedOptimizer) else opt
+    if not isinstance(inner, tf.compat.v1.train.Optimizer):
+        return False
+    try:
+        lr = _tf1_learning_rate(inner)
+    except TypeError:
+        return False
+    return tf.is_tensor(lr) and not isinstance(lr, tf.Variable) and not hasattr(lr, "assign")
+
+
+def _call_in_graph_mode(fn: Callable, store: LayerStore, why: str = "it failed eagerly"):
     box = {}
 
     def create_eagerly(next_creator, **kwargs):
@@ -259,5 +277,6 @@ def _call_in_graph_mode(fn: Callable, store: LayerStore):
         return tf.constant(0.0)
 
     concrete = tf.function(trace, autograph=False).get_concrete_function()
-    _log_once("optimizer() needs TF1 graph mode (it failed eagerly); it was called in a graph function.")
+    _log_once(f"optimizer() needs TF1 graph mode ({why}); it was called in a graph function"
+              + (", and its learning rate is computed again at every step." if box.get("graph_lr") else "."))
     return box["opt"], ((lambda: concrete()) if box.get("graph_lr") else None)

@@ -24,6 +24,7 @@ reads through a callable) is kept here too (:func:`set_learning_rate_variable`),
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -32,7 +33,7 @@ import threading
 from contextlib import ExitStack
 from typing import Callable, List, Optional
 
-__all__ = ["EXTENSIONS", "program_uses_tf1", "add_tower_context", "tower_contexts", "add_launch_context", "launch_contexts",
+__all__ = ["EXTENSIONS", "program_uses_tf1", "code_names_tf1", "add_tower_context", "tower_contexts", "add_launch_context", "launch_contexts",
            "set_optimizer_reader", "read_optimizer", "translate_optimizer", "set_learning_rate_variable",
            "learning_rate_variable"]
 
@@ -75,6 +76,27 @@ def _names_tf1(path: str) -> bool:
             found = False
         _scanned[path] = found
     return found
+
+
+def _source_names_tf1(obj) -> bool:
+    try:
+        path = inspect.getsourcefile(obj)
+        if not path or not _is_program_file(path):
+            return False
+        return bool(_TF1_MARKERS.search(inspect.getsource(obj)))
+    except (OSError, TypeError):
+        return False
+
+
+def code_names_tf1(fn: Callable) -> bool:
+    """Whether the code of a tower function names a TF1 API: the classes of its object (a
+    ModelDesc's ``build_graph``) outside kerastrainer, or the function and the functions it holds
+    (tensorpack's ``get_cost_fn``). Such a tower names and shares variables by TF1's variable scope."""
+    owner = getattr(fn, "__self__", None)
+    candidates = [fn] if owner is None else [c for c in type(owner).__mro__ if c is not object]
+    if owner is not None:
+        candidates += [v for v in vars(owner).values() if inspect.isfunction(v) or inspect.ismethod(v)]
+    return any(_source_names_tf1(c) for c in candidates)
 
 
 def program_uses_tf1() -> bool:

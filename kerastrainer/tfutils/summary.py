@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from .._internals import install_tf_summary_patch, restore_attributes
 from ..utils import logger
-from .tower import current_scope_name, get_current_tower_context
+from .tower import current_name_scope, get_current_tower_context
 
 __all__ = ["add_moving_summary", "add_tensor_summary", "add_param_summary", "add_activation_summary",
            "summary_name"]
@@ -156,7 +156,7 @@ def add_param_summary(*summary_lists):
 # --- tf.summary.* in a tower ---------------------------------------------------------------
 
 def scoped_name(name: str) -> str:
-    scope = current_scope_name()
+    scope = current_name_scope()
     return f"{scope}/{name}" if scope else name
 
 

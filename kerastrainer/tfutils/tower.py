@@ -34,7 +34,9 @@ from .extensions import tower_contexts
 from .layer_store import LayerStore, get_default_layer_store
 from .tensors import get_op_tensor_name
 
-__all__ = ["TowerContext", "get_current_tower_context", "current_scope_name", "current_layer_store",
+__all__ = ["TowerContext", "get_current_tower_context", "current_scope_name", "current_name_scope",
+           "variables_named_by_variable_scope",
+           "current_layer_store",
            "layer_scope", "get_variable", "default_layer_store_scope", "record_tower_contexts",
            "TowerFunc", "TowerFuncWrapper", "TowerTensorHandle", "TowerTensorHandles", "BaseTowerContext"]
 
@@ -96,12 +98,40 @@ def record_tower_contexts() -> Iterator[list]:
         _recorders().remove(found)
 
 
+# How the running tower names and shares its layers' variables: by name scope (TF2 programs), or by
+# TF1's variable scope (a tower whose code uses TF1's API, and custom trainers' TF1 graphs), where a
+# tf.name_scope or a tf.while_loop body never makes new variables. Per thread: replicas trace in
+# threads of their own, each entering its tower.
+_naming = threading.local()
+
+
+@contextmanager
+def variables_named_by_variable_scope(on: bool = True) -> Iterator[None]:
+    """Within the block, layers are keyed by TF1's variable scope (``on``) or by the name scope."""
+    was = getattr(_naming, "by_variable_scope", False)
+    _naming.by_variable_scope = bool(on)
+    try:
+        yield
+    finally:
+        _naming.by_variable_scope = was
+
+
 def current_scope_name() -> str:
-    """The name scope the current tower's layers see, without the tower's own prefix.
+    """The scope the current tower's layers are keyed by, without the tower's own prefix.
 
     Functional layers use it to give the same Keras layer to every tower: the layer
-    ``conv0`` under ``tf.name_scope('res1')`` is ``res1/conv0`` in every replica.
+    ``conv0`` under ``tf.name_scope('res1')`` is ``res1/conv0`` in every replica. In a tower
+    of TF1 code (:func:`variables_named_by_variable_scope`) the scope is TF1's variable scope
+    instead: ``tf.variable_scope('res1')`` names, ``tf.name_scope`` and loop bodies do not.
     """
+    if getattr(_naming, "by_variable_scope", False):
+        return tf.compat.v1.get_variable_scope().name.strip("/")
+    return current_name_scope()
+
+
+def current_name_scope() -> str:
+    """The name scope in the current tower, without the tower's own prefix: what names its
+    summaries and tensors (in TF1 code too)."""
     scope = tf.get_current_name_scope()
     ctx = get_current_tower_context()
     if ctx is not None and ctx._scope_prefix and scope.startswith(ctx._scope_prefix):
@@ -267,8 +297,13 @@ def layer_scope(name: str) -> Iterator[str]:
                          f"'/', got {name!r}.")
     outer = tf.get_current_name_scope()
     full = f"{outer}/{name}" if outer else name
+    by_variable_scope = getattr(_naming, "by_variable_scope", False)
+    variable_scope = current_scope_name() if by_variable_scope else ""
     with tf.name_scope(full + "/"):
-        yield current_scope_name()
+        if by_variable_scope:   # the caller enters the variable scope of `name` next
+            yield f"{variable_scope}/{name}" if variable_scope else name
+        else:
+            yield current_scope_name()
 
 
 def get_variable(name: str, shape=None, dtype=tf.float32, initializer=None, trainable: bool = True):
@@ -326,7 +361,8 @@ class TowerFunc:
         if ctx is None:
             raise RuntimeError("A TowerFunc must be called under a TowerContext: "
                                "`with TowerContext('', is_training=True): tower_func(*inputs)`.")
-        with tower_contexts(ctx.layer_store), keras_training_phase(ctx.is_training):
+        with tower_contexts(ctx.layer_store), keras_training_phase(ctx.is_training), \
+                variables_named_by_variable_scope():   # a custom trainer's tower is TF1 code
             # tower code has graph semantics, as in tensorpack: not rewritten by AutoGraph
             output = tf.autograph.experimental.do_not_convert(self._tower_fn)(*args)
         self._handles.append(TowerTensorHandle(ctx, args, output, self._input_signature))

@@ -22,10 +22,10 @@ import tensorflow as tf
 
 from .._internals import keras_training_phase, sublayers, tf_variable_of
 from ..utils.casting import cast_exactly
-from .extensions import tower_contexts
+from .extensions import code_names_tf1, tower_contexts
 from .layer_store import LayerStore, log_layer_shapes
 from .summary import tower_summaries_routed
-from .tower import TowerContext
+from .tower import TowerContext, variables_named_by_variable_scope
 from .variable_replay import VariableReplay
 
 __all__ = ["TowerFunction", "ModelVariables"]
@@ -186,6 +186,8 @@ class TowerFunction:
         self._built = False
         self.created_variables: list = []
         self.variable_replay = VariableReplay()   # Keras layers made anew in every call
+        # TF1 code keys its layers by variable scope (a tf.name_scope or loop body makes none new)
+        self.tf1_naming = code_names_tf1(fn)
 
     def __call__(self, *inputs, name: str = "tower0", is_training: bool = True, index: int = 0,
                  total: int = 1):
@@ -193,7 +195,8 @@ class TowerFunction:
         with tower_summaries_routed(), \
                 TowerContext(name, is_training=is_training, index=index, total=total,
                              layer_store=self.layer_store) as ctx, tower_contexts(self.layer_store), \
-                keras_training_phase(is_training), self.variable_replay.scope() as first_call:
+                keras_training_phase(is_training), variables_named_by_variable_scope(self.tf1_naming), \
+                self.variable_replay.scope() as first_call:
             # Tower code runs as written (graph semantics, as in tensorpack), not rewritten
             # by AutoGraph: use tf.cond / tf.while_loop for data-dependent control flow.
             cost = tf.autograph.experimental.do_not_convert(self.fn)(*inputs)
