@@ -87,3 +87,27 @@ def test_tf2_code_keeps_layers_apart_by_name_scope():
 def test_which_code_is_tf1_is_read_from_the_models_own_source(model, expected):
     from kerastrainer.tfutils.extensions import code_names_tf1
     assert code_names_tf1(model().build_graph) is expected
+
+
+class _QuantizedScope(ModelDesc):
+    """A quantization program's pattern: every weight of the scope through a custom getter."""
+
+    def inputs(self):
+        return [tf.TensorSpec((None, 4), tf.float32, "x"), tf.TensorSpec((None,), tf.int32, "y")]
+
+    def build_graph(self, x, y):
+        def quantize(getter, *args, **kwargs):
+            return tf.round(getter(*args, **kwargs) * 4.) / 4.
+
+        with tfv1.variable_scope("q", custom_getter=quantize):
+            logits = FullyConnected("fc", x, 3)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+
+    def optimizer(self):
+        return tfv1.train.GradientDescentOptimizer(0.1)
+
+
+def test_a_custom_getter_that_layers_weights_do_not_pass_through_is_named(kt_log):
+    _train(_QuantizedScope())
+    warned = kt_log.warnings()
+    assert "custom getter" in warned and "quantize" in warned and "'q/fc'" in warned, warned

@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from ..models.registry import current_layer_store
 from ..utils import logger
-from ..tfutils.tower import current_scope_name
+from ..tfutils.tower import current_scope_name, warn_custom_getter_not_applied
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv2d_transpose", "conv3d_transpose", "separable_conv2d",
            "dense", "dropout", "flatten", "batch_normalization",
@@ -95,6 +95,7 @@ def _layer(base: str, name: Optional[str], reuse, factory: Callable[[str], keras
     scope = current_scope_name()
     short = name if name else _names().auto(scope, base)
     key = f"{scope}/{short}" if scope else short
+    warn_custom_getter_not_applied(key)
     return current_layer_store().get_or_create(key, lambda: factory(key.replace("/", ".")))
 
 
