@@ -17,6 +17,8 @@ What it does:
   host (``--hosts``), and gives each worker ``TF_CONFIG`` and ``KERASTRAINER_RANK``,
   ``KERASTRAINER_SIZE``, ``KERASTRAINER_LOCAL_RANK``, ``KERASTRAINER_LOCAL_SIZE``;
 - prefixes every output line of a worker with its rank: ``[0] ...``;
+- gives the workers' ``MultiWorkerTrainer`` a time limit to wait for all ranks to start
+  (``--join-timeout``), after which they fail naming the ranks that never came;
 - runs each worker in its own process group and forwards SIGINT and SIGTERM to them
   (a second Ctrl-C kills them);
 - when a worker fails, prints its rank and exit code or signal, stops the others
@@ -44,6 +46,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .utils.cluster import (ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_RANK, ENV_SIZE, find_free_ports,
                             make_tf_config)
+from .utils.worker_join import DEFAULT_JOIN_TIMEOUT, ENV_JOIN_TIMEOUT, resolve_join_timeout
 
 __all__ = ["main", "parse_hosts", "plan_workers", "Launcher"]
 
@@ -139,6 +142,16 @@ def check_ports_free(workers: Sequence[str], mine: Sequence[Tuple[int, int, int]
                            "to get free ports.")
 
 
+def _standard_output():
+    """The binary stream of our stdout; a clear error when the launcher was started without one
+    (``>&-``: Python then has no ``sys.stdout``, and the workers' output would go nowhere)."""
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:
+        raise RuntimeError("standard output is closed (started with >&- ?): the workers' output would be lost. "
+                           "Redirect it to a file or to /dev/null instead of closing it.")
+    return stream
+
+
 def _die_with_parent(parent_pid: int):
     """preexec_fn: the worker gets SIGKILL when the launcher dies (Linux)."""
     def fn():
@@ -170,7 +183,7 @@ class Launcher:
     """
 
     def __init__(self, command: Sequence[str], workers: Sequence[str], mine: Sequence[Tuple[int, int, int]],
-                 grace: float = 10.0, prefix: bool = True, out=None):
+                 grace: float = 10.0, prefix: bool = True, out=None, join_timeout: Optional[float] = None):
         if not command:
             raise ValueError("no command to run: kerastrainer-run -np N python train.py ...")
         self.command = list(command)
@@ -178,7 +191,10 @@ class Launcher:
         self.mine = list(mine)
         self.grace = float(grace)
         self.prefix = prefix
-        self.out = out if out is not None else sys.stdout.buffer
+        self.join_timeout = join_timeout
+        if out is None:
+            out = _standard_output()
+        self.out = out
         self.procs: Dict[int, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._threads: List[threading.Thread] = []
@@ -199,22 +215,25 @@ class Launcher:
 
     def _pump(self, rank: int, pipe) -> None:
         tag = f"[{rank}] ".encode() if self.prefix else b""
-        pending = b""
+        # the unfinished line as a list of chunks, each searched once: a long line without a
+        # newline costs its length, not its length squared
+        pending: List[bytes] = []
         while True:
             chunk = pipe.read1(65536) if hasattr(pipe, "read1") else pipe.read(65536)
             if not chunk:
                 break
-            pending += chunk
             # a line ends at \n, or at \r (progress bars redraw the line)
-            cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
+            cut = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
             if cut < 0:
+                pending.append(chunk)
                 continue
-            body, pending = pending[:cut + 1], pending[cut + 1:]
+            body = b"".join(pending + [chunk[:cut + 1]])
+            pending = [chunk[cut + 1:]] if cut + 1 < len(chunk) else []
             # a bare separator (tqdm starts its redraws with \r) gets no tag of its own
             self._emit(b"".join(line if line in (b"\r", b"\n") else tag + line
                                 for line in _LINE_END.split(body) if line))
         if pending:
-            self._emit(tag + pending + b"\n")
+            self._emit(b"".join([tag] + pending + [b"\n"]))
         pipe.close()
 
     # --- processes -------------------------------------------------------------------------
@@ -223,6 +242,8 @@ class Launcher:
         env.update({"TF_CONFIG": make_tf_config(self.workers, rank), ENV_RANK: str(rank),
                     ENV_SIZE: str(len(self.workers)), ENV_LOCAL_RANK: str(local_rank),
                     ENV_LOCAL_SIZE: str(local_size), "PYTHONUNBUFFERED": "1"})
+        if self.join_timeout is not None:
+            env[ENV_JOIN_TIMEOUT] = repr(float(self.join_timeout))
         return env
 
     def start(self) -> None:
@@ -318,6 +339,14 @@ class Launcher:
         return 0
 
 
+def _join_timeout_arg(text: str) -> float:
+    try:
+        return resolve_join_timeout(float(text), "--join-timeout")
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e) if "--join-timeout" in str(e) else
+                                         f"--join-timeout {text!r} is not a number of seconds") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kerastrainer-run", description="Start N training workers with TF_CONFIG and watch them.",
@@ -331,6 +360,10 @@ def _parser() -> argparse.ArgumentParser:
                                             "with --hosts; default: free ports on 127.0.0.1)")
     p.add_argument("--grace", type=float, default=10.0,
                    help="seconds between SIGTERM and SIGKILL when stopping workers (default 10)")
+    p.add_argument("--join-timeout", type=_join_timeout_arg, metavar="SECONDS",
+                   help=f"seconds each worker's MultiWorkerTrainer waits for all the others to start, then fails "
+                        f"naming the missing ranks (sets {ENV_JOIN_TIMEOUT}; default {DEFAULT_JOIN_TIMEOUT:g}; "
+                        "inf: no limit)")
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [rank]")
     p.add_argument("--print-tf-config", action="store_true",
                    help="print each rank's TF_CONFIG and exit without starting anything")
@@ -357,10 +390,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("no command given: kerastrainer-run -np N python train.py ARGS")
     try:
         check_ports_free(workers, mine)
-        launcher = Launcher(command, workers, mine, grace=args.grace, prefix=not args.no_prefix)
+        launcher = Launcher(command, workers, mine, grace=args.grace, prefix=not args.no_prefix,
+                            join_timeout=args.join_timeout)
         return launcher.run()
     except RuntimeError as e:
-        print(f"kerastrainer-run: {e}", file=sys.stderr)
+        if sys.stderr is not None:   # (closed too: the exit code alone says it)
+            print(f"kerastrainer-run: {e}", file=sys.stderr)
         return 2
 
 

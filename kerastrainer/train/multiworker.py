@@ -18,9 +18,11 @@ from typing import List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from .._internals import tf_runtime_started
 from ..callbacks.base import StopTraining
 from ..tfutils.sessinit import JustCurrentSession
 from ..utils import cluster, logger
+from ..utils.worker_join import join_workers, resolve_join_timeout
 from .base import Trainer
 
 __all__ = ["MultiWorkerTrainer", "WorkerSync"]
@@ -167,6 +169,16 @@ def _pin_gpu(local_rank: int, who: str) -> int:
     return 1
 
 
+def _addresses(resolver) -> List[str]:
+    """Every task's ``host:port`` in rank order (the chief first)."""
+    jobs = resolver.cluster_spec().as_dict()
+    out = []
+    for job in ("chief", "worker"):
+        tasks = jobs.get(job) or []
+        out += [tasks[i] for i in sorted(tasks)] if isinstance(tasks, dict) else list(tasks)
+    return out
+
+
 def _rank_of(resolver) -> int:
     jobs = resolver.cluster_spec().jobs
     if resolver.task_type == "chief":
@@ -213,11 +225,17 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
       ``StopTraining``.
     - A worker that dies leaves the others blocked in a collective until the launcher
       (``kerastrainer-run``, ``srun --kill-on-bad-exit``) stops them.
+    - The constructor waits at most ``join_timeout`` seconds for every worker to start
+      (each checks in with rank 0 before TF's runtime starts: TF itself waits forever); then
+      it raises :class:`~kerastrainer.utils.worker_join.WorkerJoinError` naming the ranks
+      that never came, on rank 0 and on the ranks that did.
 
     Args:
         communication: ``'auto'`` (NCCL on GPUs, ring on CPU), ``'nccl'`` or ``'ring'``.
         cluster_resolver: a ``tf.distribute.cluster_resolver.ClusterResolver`` to use
             instead of the environment.
+        join_timeout: seconds to wait for every worker to start (``math.inf``: no limit);
+            default ``$KERASTRAINER_JOIN_TIMEOUT`` (``kerastrainer-run --join-timeout``), else 600.
         **kwargs: the :class:`Trainer` arguments (``steps_per_call``, ``precision``,
             ``jit_compile``, ``average``). ``jit_compile='auto'`` compiles each step's forward
             and backward with XLA on a GPU worker; the collective all-reduce stays outside XLA.
@@ -231,8 +249,10 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
         launch_train_with_config(AutoResumeTrainConfig(model=Model(), dataflow=df, max_epoch=10), trainer)
     """
 
-    def __init__(self, communication: str = "auto", cluster_resolver=None, **kwargs):
+    def __init__(self, communication: str = "auto", cluster_resolver=None, join_timeout: Optional[float] = None,
+                 **kwargs):
         super().__init__(**kwargs)
+        join_timeout = resolve_join_timeout(join_timeout)
         info = cluster.get_cluster_info()
         if cluster_resolver is None and info.size > 1 and not info.workers:
             raise ValueError(f"This process is rank {info.rank} of {info.size} (from {info.source}) but no "
@@ -253,6 +273,11 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
             logger.warning("MultiWorkerTrainer: a single worker (the environment names no cluster of several "
                            "processes). Start the workers with kerastrainer-run -np N, srun, or set TF_CONFIG.")
         self.is_chief = self.rank == 0
+        if self.size > 1:
+            if tf_runtime_started():   # (TF's error comes only after the join, which would wait for nothing)
+                raise RuntimeError(_STARTUP_ERROR.format(who="MultiWorkerTrainer", what="collective ops",
+                                                         err="the runtime is already running"))
+            join_workers(_addresses(cluster_resolver), self.rank, join_timeout)
         try:
             self._strategy = tf.distribute.MultiWorkerMirroredStrategy(
                 cluster_resolver=cluster_resolver, communication_options=options)

@@ -117,14 +117,20 @@ def parse_tf_config(text: str) -> ClusterInfo:
         cfg = json.loads(text)
     except ValueError as e:
         raise ValueError(f"TF_CONFIG is not valid JSON ({e}): {text[:200]!r}") from None
-    cluster = cfg.get("cluster") or {}
-    task = cfg.get("task") or {}
+    example = '{"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}'
+    if not isinstance(cfg, dict):
+        raise ValueError(f"TF_CONFIG must be a JSON object like {example}; got {text[:200]!r}.")
+    cluster, task = cfg.get("cluster"), cfg.get("task")
+    for key, value in (("cluster", cluster), ("task", task)):
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"TF_CONFIG's {key!r} must be a JSON object, as in {example}; got {value!r}.")
+    cluster, task = cluster or {}, task or {}
     unknown = sorted(set(cluster) - {"chief", "worker"})
     if unknown:
         raise ValueError(f"TF_CONFIG has jobs {unknown}; multi-worker training takes only 'chief' and "
                          "'worker' jobs (no parameter servers or evaluators).")
-    chief = list(cluster.get("chief") or [])
-    workers = list(cluster.get("worker") or [])
+    chief = _job_addresses(cluster, "chief")
+    workers = _job_addresses(cluster, "worker")
     if len(chief) > 1:
         raise ValueError(f"TF_CONFIG lists {len(chief)} chiefs; there can be at most one.")
     addresses = chief + workers
@@ -134,7 +140,7 @@ def parse_tf_config(text: str) -> ClusterInfo:
     if ttype not in ("chief", "worker"):
         raise ValueError(f"TF_CONFIG's task type is {ttype!r}; it must be 'chief' or 'worker'.")
     job = chief if ttype == "chief" else workers
-    if not isinstance(index, int) or not 0 <= index < len(job):
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(job):
         raise ValueError(f"TF_CONFIG's task index {index!r} is out of range for the {len(job)} "
                          f"'{ttype}' task(s).")
     rank = index if ttype == "chief" else len(chief) + index
@@ -143,8 +149,32 @@ def parse_tf_config(text: str) -> ClusterInfo:
                        workers=addresses, source="TF_CONFIG")
 
 
+def _job_addresses(cluster: dict, job: str) -> List[str]:
+    """The ``host:port`` list of one job; a string where a list belongs (it would be read one
+    character per task) or an entry that is not ``host:port`` is an error naming it."""
+    tasks = cluster.get(job) or []
+    if isinstance(tasks, str):
+        raise ValueError(f"TF_CONFIG's cluster {job!r} is the string {tasks!r}, not a list: write "
+                         f"[{', '.join(json.dumps(a.strip()) for a in tasks.split(','))}] (one 'host:port' per task).")
+    if not isinstance(tasks, list):
+        raise ValueError(f"TF_CONFIG's cluster {job!r} must be a list of 'host:port' strings; got {tasks!r}.")
+    _check_addresses(tasks, f"TF_CONFIG's cluster {job!r}")
+    return list(tasks)
+
+
+def _check_addresses(addresses: Sequence, what: str) -> None:
+    for a in addresses:
+        host, _, port = a.rpartition(":") if isinstance(a, str) else ("", "", "")
+        if not host or not port.isdigit():
+            raise ValueError(f"{what}: {a!r} is not a 'host:port' address.")
+
+
 def make_tf_config(workers: Sequence[str], rank: int) -> str:
     """The ``TF_CONFIG`` JSON of worker ``rank`` in a cluster of ``workers`` (``host:port``)."""
+    if isinstance(workers, str):
+        raise TypeError(f"make_tf_config: workers must be a list of 'host:port' strings; got the string {workers!r} "
+                        "(it would be read one character per worker).")
+    _check_addresses(workers, "make_tf_config")
     if not 0 <= rank < len(workers):
         raise ValueError(f"rank {rank} is out of range for {len(workers)} workers")
     return json.dumps({"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": int(rank)}})
