@@ -34,7 +34,7 @@ __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_version
            "require_batchnorm_moments", "batchnorm_reduction_axes", "clear_model_losses",
            "functional_input_structure", "keras_tensor_producer", "sublayers", "layer_draws_random",
            # TensorFlow
-           "tf1_optimizer_settings", "tf_runtime_started", "eager_mode", "eager_device_scope",
+           "tf1_optimizer_settings", "tf_runtime_started", "all_reduce_gradients_released", "eager_mode", "eager_device_scope",
            "host_address_space", "xla_kernel_device_types", "stop_tape_recording",
            "convert_variables_to_constants", "fresh_tf1_variable_store", "keep_op_in_graph",
            "replace_op_input",
@@ -430,6 +430,50 @@ def tf_runtime_started() -> bool:
         return context.context()._context_handle is not None
     except Exception:  # noqa: BLE001  (an unknown TF layout: assume the worst)
         return True
+
+
+@contextmanager
+def all_reduce_gradients_released():
+    """Around a training: forget, at its end, the gradient functions that tf.distribute's
+    ``ReplicaContext.all_reduce`` registered while it traced (Keras optimizers call it at every
+    update). TF registers one per graph-mode trace, in its process-wide gradient registry, under a
+    new name, and keeps it for the life of the process with the traced graph it closes over (and
+    what that graph holds): no public API removes one. None is needed once its trace is done (the
+    gradient is taken while tracing). An unknown registry layout removes nothing."""
+    try:
+        _tf()
+        from tensorflow.python.framework import ops
+        registry = ops._gradient_registry._registry
+        before = set(registry)
+    except Exception:  # noqa: BLE001  (another layout: leave the registry alone)
+        yield
+        return
+    try:
+        yield
+    finally:
+        for name in set(registry) - before:
+            if name.startswith("CustomGradient-") and _closes_over_all_reduce(registry.get(name)):
+                registry.pop(name, None)
+
+
+def _closes_over_all_reduce(entry) -> bool:
+    """Whether a registry entry is the gradient function of ``ReplicaContext.all_reduce``'s
+    ``grad_wrapper`` (found in the closures of TF's ``custom_gradient`` wrappers)."""
+    todo = [entry.get("type")] if isinstance(entry, dict) else []
+    for _ in range(4):
+        found = []
+        for fn in todo:
+            if "all_reduce.<locals>.grad_wrapper" in getattr(fn, "__qualname__", ""):
+                return True
+            for cell in getattr(fn, "__closure__", None) or ():
+                try:
+                    value = cell.cell_contents
+                except ValueError:   # an empty cell
+                    continue
+                if callable(value):
+                    found.append(value)
+        todo = found
+    return False
 
 
 def eager_mode():

@@ -618,3 +618,64 @@ def test_float32_weight_out_of_float16_range_is_refused_by_name(tmp_path):
     with pytest.raises(CheckpointLoadError, match=r"variable 'fc/W': the value 100000.0 at index \(0, 0\) does "
                                                   r"not fit float16"):
         SmartInit(path).init(target)
+
+
+# --- item 7: trainings in one process free what they made -------------------------------------------
+def _train_and_forget(n):
+    """``n`` trainings of a small ModelDesc; weak references to each one's model variables."""
+    import gc
+    import weakref
+
+    from _models import MLP, LinearData
+    from kerastrainer.train import SimpleTrainer, launch_train_with_config
+    refs = []
+    for _ in range(n):
+        t = SimpleTrainer()
+        launch_train_with_config(_quiet(model=MLP(), dataflow=LinearData(num_batches=2), max_epoch=1), t)
+        refs.append([weakref.ref(v) for v in t.named_variables().values()])
+        del t
+    gc.collect()
+    return refs
+
+
+def _func_graphs():
+    import gc
+
+    import tensorflow as tf
+    kind = type(tf.function(lambda: tf.constant(1)).get_concrete_function().graph)
+    return sum(1 for o in gc.get_objects() if isinstance(o, kind))
+
+
+def _check_trainings_are_freed(n):
+    _train_and_forget(1)   # what the first training of a process creates for good (caches)
+    graphs = _func_graphs()
+    refs = _train_and_forget(n)
+    alive = [r() for rs in refs for r in rs if r() is not None]
+    # before: each training's 4 variables stayed alive (its traced graph, kept by the all-reduce
+    # gradient TF registers globally at every trace, held them through `.variables` on the
+    # layers' output tensors), and so did its graphs
+    assert alive == [], f"{len(alive)} variables of {n} finished trainings are alive: {[v.name for v in alive[:4]]}"
+    assert _func_graphs() <= graphs, "the traced graphs of finished trainings are kept"
+
+
+def test_trainings_in_one_process_free_their_variables_and_graphs():
+    _check_trainings_are_freed(3)
+
+
+@pytest.mark.slow
+def test_twenty_trainings_in_one_process_free_their_variables_and_graphs():
+    _check_trainings_are_freed(20)
+
+
+def test_output_tensor_variables_are_weak_but_readable():
+    import tensorflow as tf
+
+    from kerastrainer.models.registry import VariableHolder, _TensorVariables
+    v = tf.Variable(1.0)
+    h = _TensorVariables(W=v)
+    assert isinstance(h, VariableHolder) and h.W is v and h.all() == [v]
+    del v
+    import gc
+    gc.collect()
+    with pytest.raises(ReferenceError, match="'W' of this layer no longer exists: the model that owned it was freed"):
+        h.W

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from typing import Callable, Dict, Optional
 
 import keras
@@ -130,6 +131,36 @@ class VariableHolder:
         return f"VariableHolder({', '.join(sorted(self._vars))})"
 
 
+class _TensorVariables(VariableHolder):
+    """The holder on a layer's output tensor: it refers to the variables weakly. A traced graph
+    outlives its training (TensorFlow registers a gradient function per trace, globally, that
+    keeps the trace's tensors), and must not keep the model's weights alive with it."""
+
+    def __init__(self, **variables):
+        object.__setattr__(self, "_vars", {k: _weak(v) for k, v in variables.items()})
+
+    def __setattr__(self, name, var):
+        self._vars[name] = _weak(var)
+
+    def __getattr__(self, name):
+        ref = super().__getattr__(name)
+        var = ref()
+        if var is None:
+            raise ReferenceError(f"The variable {name!r} of this layer no longer exists: the model that owned it "
+                                 "was freed. Keep a reference to the model (or the trainer) to read it.")
+        return var
+
+    def all(self) -> list:
+        return [getattr(self, k) for k in self._vars]
+
+
+def _weak(var):
+    try:
+        return weakref.ref(var)
+    except TypeError:   # an object without weak references: held as it is
+        return lambda: var
+
+
 def _attach_variables(key: str, outputs) -> None:
     """Give the layer's output tensor ``.variables`` (the variables created under ``key``)."""
     if not tf.is_tensor(outputs) or hasattr(outputs, "variables"):
@@ -142,7 +173,7 @@ def _attach_variables(key: str, outputs) -> None:
             found[name[len(prefix):]] = v
     if found:
         try:
-            outputs.variables = VariableHolder(**found)
+            outputs.variables = _TensorVariables(**found)
         except AttributeError:  # a tensor type that takes no attributes: nothing to attach to
             pass
 

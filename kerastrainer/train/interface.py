@@ -4,6 +4,7 @@ Every check of a config lives in config.py (its arguments when made, ``check_lau
 launched, ``resolve_steps_per_epoch`` once the input is known); this module only wires them."""
 from __future__ import annotations
 
+from .._internals import all_reduce_gradients_released
 from ..input_source.base import InputSource
 from ..input_source.queue import QueueInput
 from ..input_source.staging import StagingInput
@@ -46,7 +47,10 @@ def launch_train_with_config(config: TrainConfig, trainer: Trainer) -> Trainer:
     config.resolve_resume()   # the log directory of this launch decides
     # from set-up on, a Ctrl-C swallowed by a finalizer is sent again (until the launch ends);
     # compat: tensorpack programs may train inside `with tf.Graph().as_default()`
-    with finalizer_interrupts_kept(), launch_contexts(), stop_signal_scope(trainer, setting_up=True):
+    # TF keeps every trace's all-reduce gradient (and with it the traced graph) for the whole
+    # process: released at the end, so that a process running many trainings does not grow
+    with finalizer_interrupts_kept(), launch_contexts(), stop_signal_scope(trainer, setting_up=True), \
+            all_reduce_gradients_released():
         return _launch(config, trainer)
 
 
