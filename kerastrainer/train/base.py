@@ -1,10 +1,9 @@
 """The Trainer: builds the model once, runs the train function call after call, runs callbacks.
 
-The run flow (docs/internals.md, "One training run, start to end"): variables are created once by tracing the tower in
-the strategy's scope; the optimizer is built; then one ``tf.function`` runs ``k``
-steps in a ``tf.range`` loop, each step pulling its batch in-graph from the
-InputSource, in every replica. Python runs only between calls: counters and
-callbacks.
+The run flow (docs/internals.md, "One training run, start to end"): variables are created
+once by tracing the tower in the strategy's scope; the optimizer is built; then one
+``tf.function`` runs ``k`` steps in a ``tf.range`` loop, each step pulling its batch in-graph
+from the InputSource, in every replica. Python runs only between calls: counters and callbacks.
 
 What this module owns: the set-up (strategy, variables, optimizer, checkpoint, the step
 runner), and the hooks subclasses override (the strategy, :meth:`Trainer._make_strategy`; a

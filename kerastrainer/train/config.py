@@ -36,7 +36,7 @@ class TrainConfig:
             the DataFlow's length divided by the number of towers).
         max_epoch: the number of the last epoch (not a count of epochs). Negative is an error; 0
             (or less than ``starting_epoch``) builds the model, loads ``session_init`` and trains
-            nothing, with a warning.
+            nothing, with a log line (a warning when 0 < ``max_epoch`` < ``starting_epoch``).
 
     Example::
 
@@ -109,10 +109,12 @@ def _check_epochs(starting_epoch: int, max_epoch: int) -> None:
                          "(epochs count from 1); give a positive number, or 0 to build the model and load "
                          "session_init without training.")
     if max_epoch < starting_epoch:
-        logger.warning("TrainConfig(max_epoch=%d, starting_epoch=%d): no epoch will run: the model is built, "
-                       "session_init loaded and the callbacks' before_train/after_train run, but nothing is "
-                       "trained. max_epoch is the number of the last epoch (not a count): give max_epoch >= "
-                       "starting_epoch to train.", max_epoch, starting_epoch)
+        # max_epoch=0 is the way to build and load only (Keras's fit(epochs=0)): said, not warned about
+        say = logger.info if max_epoch == 0 else logger.warning
+        say("TrainConfig(max_epoch=%d, starting_epoch=%d): no epoch will run: the model is built, "
+            "session_init loaded and the callbacks' before_train/after_train run, but nothing is "
+            "trained. max_epoch is the number of the last epoch (not a count): give max_epoch >= "
+            "starting_epoch to train.", max_epoch, starting_epoch)
 
 
 def check_optimizer_values(trainer) -> None:

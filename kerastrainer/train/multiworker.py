@@ -273,7 +273,7 @@ class MultiWorkerTrainer(_SyncedWorkersMixin, Trainer):
             logger.warning("MultiWorkerTrainer: a single worker (the environment names no cluster of several "
                            "processes). Start the workers with kerastrainer-run -np N, srun, or set TF_CONFIG.")
         self.is_chief = self.rank == 0
-        if self.size > 1:
+        if self.size > 1 and not _OF_THIS_PROCESS:   # (a later one reuses the collectives set up then)
             if tf_runtime_started():   # (TF's error comes only after the join, which would wait for nothing)
                 raise RuntimeError(_STARTUP_ERROR.format(who="MultiWorkerTrainer", what="collective ops",
                                                          err="the runtime is already running"))
