@@ -7,7 +7,6 @@ of hanging.
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import threading
@@ -17,20 +16,12 @@ import pytest
 from kerastrainer.utils.cluster import find_free_ports, get_cluster_info
 from kerastrainer.utils.worker_join import WorkerJoinError, join_workers, resolve_join_timeout
 
+from _procs import run_group
+
 LAUNCH = [sys.executable, "-m", "kerastrainer.run"]
 
 
-def _run(cmd, timeout, **kw):
-    proc = subprocess.Popen(cmd, start_new_session=True, **kw)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait(timeout=10)
-    return proc.returncode, out, err
+_run = run_group
 
 
 def _join_all(workers, ranks, timeout):

@@ -8,12 +8,13 @@ what the checks read (rank, size, the cluster resolver, the local devices).
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from _procs import run_group
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WGDEV = ["/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"]
@@ -72,17 +73,9 @@ def _launch(tmp_path, timeout=240):
            "worker", str(out)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(
         [os.path.dirname(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(tmp_path),
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait(timeout=10)
-    return proc.returncode, output.decode(errors="replace"), out
+    rc, output, _ = run_group(cmd, timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                              cwd=str(tmp_path))
+    return rc, output.decode(errors="replace"), out
 
 
 def test_two_workers_train_like_one_process_on_the_global_batch(tmp_path):
