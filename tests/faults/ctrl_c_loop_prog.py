@@ -52,8 +52,9 @@ def input_threads():
 for i in range(args.n):
     df = MultiProcessRunnerZMQ(Data(), num_proc=args.workers) if args.workers else Data()
     data = StagingInput(QueueInput(df), force=True) if i % 2 else QueueInput(df)
-    print("START", i, flush=True)
     try:
+        # inside the try: the test's Ctrl-C may land the moment this line is out
+        print("START", i, flush=True)
         launch_train_with_config(TrainConfig(model=MLP(), data=data, callbacks=[], monitors=[], max_epoch=1000,
                                              steps_per_epoch=50),
                                  SimpleTrainer(steps_per_call=[1, 3, 8][i % 3]))
