@@ -31,7 +31,8 @@ from ..tfutils.extensions import learning_rate_variable, set_learning_rate_varia
 from ..tfutils.global_step import active_store
 from ..tfutils.layer_store import LayerStore
 from ..tfutils.objective import is_objective_list
-from ..tfutils.optimizer import GradientProcessedOptimizer, install_processors
+from ..tfutils.optimizer import (AccumGradOptimizer, GradientProcessedOptimizer, PendingAccumGrad, innermost_optimizer,
+                                 install_processors)
 from ..utils import logger
 from .variables import tf1_variables_in_store
 
@@ -235,20 +236,24 @@ def call_optimizer(fn: Callable, store: LayerStore) -> keras.optimizers.Optimize
 
 
 def _keras_optimizer(opt, lr_function, store: LayerStore) -> keras.optimizers.Optimizer:
-    procs = []
+    # the wrappers are unwrapped from the outside in: processors around an accumulation run on each
+    # step's gradients, processors inside it on the accumulated sums (tensorpack's order)
+    if isinstance(opt, PendingAccumGrad):
+        kopt = AccumGradOptimizer(_keras_optimizer(opt.opt, lr_function, store), opt.niter)
+        _log_once(f"optimizer(): AccumGradOptimizer applies the sum of every {opt.niter} steps' gradients.")
+        return kopt
     if isinstance(opt, GradientProcessedOptimizer):
-        opt, procs = opt.opt, opt.procs
-    kopt = translate_optimizer(opt, lr_function)
-    if procs:
-        install_processors(kopt, procs, store.named_variables)
+        kopt = _keras_optimizer(opt.opt, lr_function, store)
+        install_processors(kopt, opt.procs, store.named_variables)
         _log_once("optimizer(): gradient processors %s run before each update."
-                  % ", ".join(type(p).__name__ for p in procs))
-    return kopt
+                  % ", ".join(type(p).__name__ for p in opt.procs))
+        return kopt
+    return translate_optimizer(opt, lr_function)
 
 
 def _computed_learning_rate(opt) -> bool:
     """Whether a TF1 optimizer's learning rate is a tensor computed eagerly (not a number or a variable)."""
-    inner = opt.opt if isinstance(opt, GradientProcessedOptimizer) else opt
+    inner = innermost_optimizer(opt)
     if not isinstance(inner, tf.compat.v1.train.Optimizer):
         return False
     try:
@@ -269,7 +274,7 @@ def _call_in_graph_mode(fn: Callable, store: LayerStore, why: str = "it failed e
         with tf.variable_creator_scope(create_eagerly), tf1_variables_in_store(store):
             opt = fn()
         box["opt"] = opt
-        inner = opt.opt if isinstance(opt, GradientProcessedOptimizer) else opt
+        inner = innermost_optimizer(opt)
         lr = _tf1_learning_rate(inner) if isinstance(inner, tf.compat.v1.train.Optimizer) else None
         if tf.is_tensor(lr) and not isinstance(lr, tf.Variable) and not hasattr(lr, "numpy"):
             box["graph_lr"] = True

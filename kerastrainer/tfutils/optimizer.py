@@ -1,4 +1,5 @@
-"""Mirrors ``tensorpack.tfutils.optimizer``: ``apply_grad_processors`` and ``AccumGradOptimizer``.
+"""Mirrors ``tensorpack.tfutils.optimizer``: ``apply_grad_processors`` and ``AccumGradOptimizer`` (its
+own module, :mod:`.accum_grad`).
 
 ``apply_grad_processors(opt, procs)`` wraps an optimizer (Keras, or a ``tfv1.train`` one that
 ``ModelDesc.optimizer()`` may return) with gradient processors (:mod:`kerastrainer.tfutils.gradproc`);
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..utils.tf1_only import tf1_only_class
+from .accum_grad import AccumGradOptimizer, PendingAccumGrad
 from .gradproc import GradientProcessor, variable_key, variable_names
 
 __all__ = ["apply_grad_processors", "AccumGradOptimizer", "ProxyOptimizer", "PostProcessOptimizer",
@@ -83,6 +85,14 @@ def apply_grad_processors(opt, gradprocs: Sequence[GradientProcessor]) -> Gradie
     return GradientProcessedOptimizer(opt, gradprocs)
 
 
+def innermost_optimizer(opt):
+    """The optimizer inside the wrappers of this module (``apply_grad_processors``, ``AccumGradOptimizer``
+    of a TF1 optimizer)."""
+    while isinstance(opt, (GradientProcessedOptimizer, PendingAccumGrad)):
+        opt = opt.opt
+    return opt
+
+
 def install_processors(kopt, procs: Sequence[GradientProcessor], names: Callable[[], dict]) -> None:
     """Make ``kopt.apply_gradients`` run ``procs`` first. ``names()`` gives ``{name: variable}``."""
     original = kopt.apply_gradients
@@ -99,21 +109,6 @@ def install_processors(kopt, procs: Sequence[GradientProcessor], names: Callable
         return original(pairs, *args, **kwargs)
 
     kopt.apply_gradients = apply_gradients
-
-
-def AccumGradOptimizer(opt, niter: int):  # noqa: N802 - tensorpack's name, called like its class
-    """tensorpack's gradient-accumulating optimizer wrapper: the name imports, a call raises.
-
-    Programs import it at module level beside code that uses it only on request (tensorpack's
-    ImageNet ``imagenet_utils.py`` uses it when ``accum_grad != 1``), so the name must exist.
-    It is not translated: tensorpack applies the *sum* of ``niter`` steps' gradients through
-    the TF1 optimizer, and no Keras 3 option reproduces that exactly; a call says what to use.
-    """
-    raise NotImplementedError(
-        f"AccumGradOptimizer({type(opt).__name__}, {niter}) is not supported: give a Keras 3 "
-        f"optimizer gradient_accumulation_steps={niter} instead (it applies the mean of the "
-        f"accumulated gradients where tensorpack applied their sum: multiply the learning rate "
-        f"by {niter} for tensorpack's update).")
 
 
 # tensorpack's TF1 optimizer wrappers: subclasses of tf.train.Optimizer, which Keras 3 does not use

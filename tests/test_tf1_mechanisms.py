@@ -1,0 +1,209 @@
+"""tensorpack's TF1 training mechanisms with tensorpack 0.11's meaning: AccumGradOptimizer,
+SessionRunTimeout, the session config, graph collections, Keras optimizers in the custom
+trainers, SmartInit of nothing, and tensorpack's 4-argument setup_graph on every trainer."""
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from _devices import cpus
+from kerastrainer import (FullyConnected, ModelDesc, SimpleTrainer, SyncMultiGPUTrainerReplicated, TrainConfig,
+                          launch_train_with_config)
+from kerastrainer.callbacks import Callback
+from kerastrainer.dataflow import DataFlow
+from kerastrainer.tfutils.optimizer import AccumGradOptimizer, apply_grad_processors
+from kerastrainer.tfutils import gradproc
+
+tfv1 = tf.compat.v1
+LR, MOMENTUM = 0.1, 0.9
+
+
+class Batches(DataFlow):
+    """``n`` batches of a linear regression, each split in ``parts`` (one per tower, in dequeue order)."""
+
+    def __init__(self, n=6, batch=8, parts=1, seed=0):
+        rng = np.random.RandomState(seed)
+        self.batches = [(rng.randn(batch, 3).astype("float32"), rng.randn(batch, 1).astype("float32"))
+                        for _ in range(n)]
+        self.parts = parts
+
+    def __len__(self):
+        return len(self.batches) * self.parts
+
+    def __iter__(self):
+        for x, y in self.batches:
+            for xx, yy in zip(np.array_split(x, self.parts), np.array_split(y, self.parts)):
+                yield [xx, yy]
+
+
+class Linear(ModelDesc):
+    def __init__(self, make_opt):
+        self.make_opt = make_opt
+
+    def inputs(self):
+        return [tf.TensorSpec((None, 3), tf.float32, "x"), tf.TensorSpec((None, 1), tf.float32, "y")]
+
+    def build_graph(self, x, y):
+        pred = FullyConnected("fc", x, 1)
+        return tf.reduce_mean(tf.square(pred - y), name="cost")
+
+    def optimizer(self):
+        return self.make_opt()
+
+
+W0 = {"fc/W": np.array([[0.3], [-0.2], [0.5]], "float32"), "fc/b": np.array([0.1], "float32")}
+
+
+class SetWeights(Callback):
+    _chief_only = False
+
+    def _before_train(self):
+        for k, v in self.trainer.named_variables().items():
+            v.assign(W0[k])
+
+
+class RecordWeights(Callback):
+    """The weights after every call."""
+    _chief_only = False
+
+    def __init__(self):
+        self.seen = []
+
+    def _trigger_step(self):
+        self.seen.append((self.trainer.global_step,
+                          {k: v.numpy().copy() for k, v in self.trainer.named_variables().items()}))
+
+
+def _momentum_reference(batches, k):
+    """tensorpack's rule by hand: the sum of k steps' gradients, then w -= lr * (m * a + sum)."""
+    w = {n: tf.Variable(v) for n, v in W0.items()}
+    acc = {n: np.zeros_like(v) for n, v in W0.items()}
+    slot = {n: np.zeros_like(v) for n, v in W0.items()}
+    after = []
+    for i, (x, y) in enumerate(batches):
+        with tf.GradientTape() as tape:
+            cost = tf.reduce_mean(tf.square(x @ w["fc/W"] + w["fc/b"] - y))
+        grads = tape.gradient(cost, [w["fc/W"], w["fc/b"]])
+        for n, g in zip(["fc/W", "fc/b"], grads):
+            acc[n] = acc[n] + g.numpy()
+        if (i + 1) % k == 0:
+            for n in acc:
+                slot[n] = MOMENTUM * slot[n] + acc[n]
+                w[n].assign(w[n].numpy() - LR * slot[n])
+                acc[n] = np.zeros_like(acc[n])
+        after.append({n: v.numpy() for n, v in w.items()})
+    return after
+
+
+def _tf1_momentum():
+    return tfv1.train.MomentumOptimizer(LR, MOMENTUM)
+
+
+def _keras_momentum():
+    return keras.optimizers.SGD(LR, momentum=MOMENTUM)
+
+
+@pytest.mark.parametrize("make_inner", [_tf1_momentum, _keras_momentum], ids=["tf1", "keras"])
+@pytest.mark.parametrize("towers,steps_per_call", [(1, 1), (1, 4), (2, 3)])
+def test_accum_grad_applies_the_sum_of_k_steps_through_the_optimizer_every_kth_step(make_inner, towers,
+                                                                                      steps_per_call):
+    k = 3
+    data = Batches(n=6, parts=towers)
+
+    def make_opt():
+        return AccumGradOptimizer(make_inner(), k)
+
+    rec = RecordWeights()
+    trainer = (SimpleTrainer(steps_per_call=steps_per_call) if towers == 1
+               else SyncMultiGPUTrainerReplicated(cpus(towers), steps_per_call=steps_per_call))
+    cfg = TrainConfig(model=Linear(make_opt), dataflow=data, callbacks=[SetWeights(), rec], extra_callbacks=[],
+                      monitors=[], max_epoch=2, steps_per_epoch=3)
+    launch_train_with_config(cfg, trainer)
+    expected = _momentum_reference(data.batches, k)
+    assert rec.seen and rec.seen[-1][0] == 6
+    for step, weights in rec.seen:
+        for n in W0:
+            np.testing.assert_allclose(weights[n], expected[step - 1][n], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{n} after step {step}")
+    # a step that does not apply leaves the variables exactly as they were
+    by_step = dict(rec.seen)
+    if steps_per_call == 1:
+        np.testing.assert_array_equal(by_step[1]["fc/W"], W0["fc/W"])
+        np.testing.assert_array_equal(by_step[2]["fc/W"], W0["fc/W"])
+        assert not np.array_equal(by_step[3]["fc/W"], W0["fc/W"])
+    inner = trainer.optimizer.inner_optimizer
+    assert int(inner.iterations.numpy()) == 2   # the wrapped optimizer ran twice in 6 steps
+
+
+def test_accum_grad_with_adam_advances_adam_only_on_applying_steps():
+    k = 2
+    data = Batches(n=4)
+    trainer = SimpleTrainer(steps_per_call=1)
+    cfg = TrainConfig(model=Linear(lambda: AccumGradOptimizer(keras.optimizers.Adam(0.05), k)), dataflow=data,
+                      callbacks=[SetWeights()], extra_callbacks=[], monitors=[], max_epoch=1)
+    launch_train_with_config(cfg, trainer)
+    # Adam on the two sums, by hand (its own step counter: 1 and 2, not 2 and 4)
+    w = {n: tf.Variable(v) for n, v in W0.items()}
+    ref = keras.optimizers.Adam(0.05)
+    variables = [w["fc/W"], w["fc/b"]]
+    acc = [tf.zeros_like(v) for v in variables]
+    for i, (x, y) in enumerate(data.batches):
+        with tf.GradientTape() as tape:
+            cost = tf.reduce_mean(tf.square(x @ w["fc/W"] + w["fc/b"] - y))
+        acc = [a + g for a, g in zip(acc, tape.gradient(cost, variables))]
+        if (i + 1) % k == 0:
+            ref.apply_gradients(zip(acc, variables))
+            acc = [tf.zeros_like(v) for v in variables]
+    got = {n: v.numpy() for n, v in trainer.named_variables().items()}
+    for n in W0:
+        np.testing.assert_allclose(got[n], w[n].numpy(), rtol=1e-5, atol=1e-6)
+    assert int(trainer.optimizer.iterations.numpy()) == 2
+
+
+def test_accum_grad_in_a_tf1_graph_applies_the_sum_every_kth_run():
+    g = tf.Graph()
+    with g.as_default():
+        x = tfv1.get_variable("x", initializer=tf.constant([1.0, -2.0, 3.0]))
+        cost = tf.reduce_sum(tf.abs(x))
+        op = AccumGradOptimizer(tfv1.train.GradientDescentOptimizer(0.01), 3).minimize(cost)
+        with tfv1.Session(graph=g) as sess:
+            sess.run(tfv1.global_variables_initializer())
+            seen = []
+            for _ in range(6):
+                sess.run(op)
+                seen.append(sess.run(x))
+    np.testing.assert_array_equal(seen[0], [1.0, -2.0, 3.0])
+    np.testing.assert_array_equal(seen[1], [1.0, -2.0, 3.0])
+    np.testing.assert_allclose(seen[2], [0.97, -1.97, 2.97], rtol=1e-6)   # the sum: 3 * 0.01 * sign
+    np.testing.assert_allclose(seen[5], [0.94, -1.94, 2.94], rtol=1e-6)
+
+
+def test_accum_grad_with_processors_inside_runs_them_on_the_sums():
+    # clipping inside the accumulation clips the k-step sum (tensorpack's order)
+    clip = gradproc.MapGradient(lambda g: tf.clip_by_value(g, -0.5, 0.5))
+    opt = AccumGradOptimizer(apply_grad_processors(tfv1.train.GradientDescentOptimizer(1.0), [clip]), 2)
+    trainer = SimpleTrainer(steps_per_call=2)
+    cfg = TrainConfig(model=Linear(lambda: opt), dataflow=Batches(n=2), callbacks=[SetWeights()],
+                      extra_callbacks=[], monitors=[], max_epoch=1)
+    launch_train_with_config(cfg, trainer)
+    data = Batches(n=2)
+    w = {n: tf.Variable(v) for n, v in W0.items()}
+    total = None
+    for x, y in data.batches:
+        with tf.GradientTape() as tape:
+            cost = tf.reduce_mean(tf.square(x @ w["fc/W"] + w["fc/b"] - y))
+        gs = tape.gradient(cost, [w["fc/W"], w["fc/b"]])
+        total = gs if total is None else [a + b for a, b in zip(total, gs)]
+    expected = {n: W0[n] - np.clip(g.numpy(), -0.5, 0.5) for n, g in zip(["fc/W", "fc/b"], total)}
+    got = {n: v.numpy() for n, v in trainer.named_variables().items()}
+    for n in W0:
+        np.testing.assert_allclose(got[n], expected[n], rtol=1e-5, atol=1e-6)
+
+
+def test_accum_grad_checks_its_arguments():
+    with pytest.raises(ValueError, match="niter must be >= 1"):
+        AccumGradOptimizer(keras.optimizers.SGD(0.1), 0)
+    with pytest.raises(TypeError, match="niter must be an int"):
+        AccumGradOptimizer(keras.optimizers.SGD(0.1), 2.5)
