@@ -30,7 +30,8 @@ import tensorflow as tf
 from ..callbacks.base import Callback, StopTraining
 from ..callbacks.trainer_view import TrainerView
 from ..callbacks.defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
-from ..tfutils.extensions import learning_rate_variable
+from ..graph_builder.utils import tower_device
+from ..tfutils.extensions import launch_contexts, learning_rate_variable
 from ..tfutils.global_step import global_step_of, set_current_global_step
 from ..input_source.base import InputSource
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
@@ -134,7 +135,9 @@ class Trainer(TrainerView):
         ``model`` is a ModelDesc; tensorpack's form ``setup_graph(input_signature, input,
         get_cost_fn, get_opt_fn)`` is accepted too (a ModelDesc of those functions)."""
         model = model_of_functions(type(self).__name__, model, get_cost_fn, get_opt_fn)
-        with stop_signal_scope(self, setting_up=True):   # a Ctrl-C is raised once set-up ends
+        # launch_contexts: a program in TF1 graph mode (eager turned off) gets eager set-up
+        with launch_contexts(f"{type(self).__name__}.setup_graph"), \
+                stop_signal_scope(self, setting_up=True):   # a Ctrl-C is raised once set-up ends
             self._setup_graph(model, input_source)
 
     def _setup_graph(self, model, input_source: InputSource) -> None:
@@ -286,9 +289,29 @@ class Trainer(TrainerView):
     def named_variables(self) -> Dict[str, tf.Variable]:
         return self.model_variables.named_variables()
 
-    def get_predictor(self, input_names: Sequence[str], output_names: Sequence[str], is_training: bool = False):
-        """A callable numpy -> numpy running the tower in inference mode on the current weights."""
-        return self.tower_func.predict_function(input_names, output_names, is_training=is_training)
+    def get_predictor(self, input_names: Sequence[str], output_names: Sequence[str], device: int = 0,
+                      is_training: bool = False):
+        """A callable numpy -> numpy running the tower in inference mode on the current weights.
+
+        ``device`` is tensorpack's: ``k`` runs on ``/gpu:k`` (the logical CPU device ``k`` on a
+        machine without GPUs), ``-1`` on ``/cpu:0``. Example::
+
+            predictors = [trainer.get_predictor(['image'], ['boxes'], device=k) for k in range(ngpu)]
+        """
+        if isinstance(device, bool) or not isinstance(device, (int, np.integer)):
+            raise TypeError(f"get_predictor(device={device!r}): give a device index (k for /gpu:k, -1 for "
+                            "/cpu:0), as in tensorpack.")
+        dev = tower_device(f"/gpu:{int(device)}") if device >= 0 else "/cpu:0"
+        predict = self.tower_func.predict_function(input_names, output_names, is_training=is_training)
+
+        def on_device(*arrays):
+            with tf.device(dev):
+                return predict(*arrays)
+
+        for attr in ("input_names", "output_names", "concrete_function"):
+            setattr(on_device, attr, getattr(predict, attr))
+        on_device.device = dev
+        return on_device
 
     def sync_counters(self) -> None:
         """Copy the Python counters into the checkpointed variables (before saving)."""
@@ -341,7 +364,7 @@ class Trainer(TrainerView):
               session_init: Optional[SessionInit], steps_per_epoch: int, starting_epoch: int,
               max_epoch: int) -> None:
         """Set up callbacks, load weights, and run the main loop (the model must be set up)."""
-        with stop_signal_scope(self, setting_up=True):   # a Ctrl-C while loading is raised before step 1
+        with launch_contexts(f"{type(self).__name__}.train"), stop_signal_scope(self, setting_up=True):   # a Ctrl-C while loading is raised before step 1
             try:
                 self.setup_callbacks(callbacks, monitors)
                 self.initialize(session_init)
