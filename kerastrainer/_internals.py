@@ -34,7 +34,7 @@ __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_version
            "require_batchnorm_moments", "batchnorm_reduction_axes", "clear_model_losses",
            "functional_input_structure", "keras_tensor_producer", "sublayers", "layer_draws_random",
            # TensorFlow
-           "tf1_optimizer_settings", "tf_runtime_started", "all_reduce_gradients_released", "eager_mode", "eager_device_scope",
+           "tf1_optimizer_settings", "tf_runtime_started", "all_reduce_gradients_released", "eager_mode", "tf2_behavior_in_block", "eager_device_scope",
            "host_address_space", "xla_kernel_device_types", "stop_tape_recording",
            "convert_variables_to_constants", "fresh_tf1_variable_store", "keep_op_in_graph",
            "replace_op_input",
@@ -482,6 +482,46 @@ def eager_mode():
     _tf()
     from tensorflow.python.eager import context
     return context.eager_mode()
+
+
+@contextmanager
+def tf2_behavior_in_block():
+    """Runs the block with TF2's process-wide behaviour, then gives the program back its own: after
+    ``tf.compat.v1.disable_eager_execution()`` / ``disable_v2_behavior()``, eager execution (the
+    calling thread's, and the default of every thread started in the block), TF2 shapes, resource
+    variables, tensor equality, control flow v2 and tf.data's v2 classes. TF's public switches go
+    one way only (``enable_v2_behavior`` refuses once a graph was used), hence its module flags."""
+    _tf()
+    from tensorflow.python import tf2
+    from tensorflow.python.compat import v2_compat
+    from tensorflow.python.eager import context
+    from tensorflow.python.framework import tensor, tensor_shape
+    from tensorflow.python.ops import control_flow_util, resource_variables_toggle
+
+    def state():
+        return (tf2.enabled(), context.default_execution_mode, tensor_shape._TENSORSHAPE_V2_OVERRIDE,
+                resource_variables_toggle._DEFAULT_USE_RESOURCE, tensor.Tensor._USE_EQUALITY,
+                control_flow_util.ENABLE_CONTROL_FLOW_V2)
+
+    def apply(v2, mode, shape_v2, resource, equality, control_flow_v2):
+        changed_v2 = tf2.enabled() != v2
+        tf2.enable() if v2 else tf2.disable()
+        context.default_execution_mode = mode
+        tensor_shape._TENSORSHAPE_V2_OVERRIDE = shape_v2
+        resource_variables_toggle._DEFAULT_USE_RESOURCE = resource
+        tensor.Tensor._USE_EQUALITY = equality
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = control_flow_v2
+        if changed_v2:   # tf.data's module aliases follow tf2.enabled() through these callbacks
+            for name in v2_compat._DATA_V2_CALLBACKS.list():
+                v2_compat._DATA_V2_CALLBACKS.lookup(name)()
+
+    saved = state()
+    apply(True, context.EAGER_MODE, True, True, True, True)
+    try:
+        with context.eager_mode():
+            yield
+    finally:
+        apply(*saved)
 
 
 def eager_device_scope() -> str:

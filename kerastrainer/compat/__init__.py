@@ -27,7 +27,6 @@ import tensorflow.compat.v1  # noqa: F401,E402
 
 from ..tfutils import extensions as _extensions
 from ..tfutils.global_step import get_global_step_value, get_global_step_var
-from .eager_execution import keep_eager_execution
 from .graph_mode import eager_inside_tf1_graph
 from .optimizer import call_optimizer, translate_optimizer
 from .summary import install_tf1_summaries
@@ -42,10 +41,9 @@ tfv1 = tf.compat.v1
 # compat reaches the core only through its hooks (tfutils/extensions.py), registered here:
 _extensions.add_tower_context(tf1_variables_in_store)      # tfv1.get_variable in a tower -> the layer store
 _extensions.add_tower_context(_tf_layers.tower_call_names)  # tfv1.layers' automatic names, per tower call
-_extensions.add_launch_context(eager_inside_tf1_graph)     # training inside `with tf.Graph().as_default():`
+_extensions.add_launch_context(eager_inside_tf1_graph)     # training in TF1 graph mode (a Graph block, eager off)
 _extensions.set_optimizer_reader(call_optimizer, translate_optimizer)  # tfv1.train optimizers -> Keras
 install_tf1_summaries()                                     # tfv1.summary.* in a tower -> the trainer
-keep_eager_execution()                                      # tfv1.disable_eager_execution() -> logged, eager stays on
 install_tf1_layers(_tf_layers)                              # tfv1.layers.* (gone with Keras 3) -> Keras 3 layers
 
 

@@ -1,37 +1,39 @@
-"""``tf.compat.v1.disable_eager_execution()`` in a tensorpack program: kerastrainer keeps eager on.
+"""Whether a program turned eager execution off, and kerastrainer's own work run eagerly in it.
 
-tensorpack ran TF1 graphs, and programs written for it (tensorpack's own unit tests among them,
-``callbacks/param_test.py`` at import) switch TF2 to graph mode, process-wide. kerastrainer drives
-``tf.function``s eagerly: its trainers, layer store and Keras 3 need eager execution outside
-functions. So, once ``kerastrainer.compat`` is loaded (``from kerastrainer import *`` loads it):
+tensorpack ran TF1 graphs, and programs written for it (tensorpack's unit tests, TFLMS's Session
+tutorial, inference scripts) call ``tf.compat.v1.disable_eager_execution()`` or
+``disable_v2_behavior()``: their placeholders, ``tf.Session`` and ``sess.run`` need graph mode.
+kerastrainer leaves both calls as TensorFlow made them, so the program's TF1 code runs as on plain
+TF 2.21. kerastrainer's own work (set-up, the ``tf.function`` step, its input threads) needs TF2's
+behaviour; :func:`tf2_behavior_for` runs it with TF2's behaviour for its duration and gives the
+program back its own after (eager off, TF1 shapes, reference variables, as it set them).
 
-- ``tf.compat.v1.disable_eager_execution()`` and ``tf.compat.v1.disable_v2_behavior()`` leave
-  eager execution on and log one warning saying so (TF1 graph code of the program's own still runs
-  inside ``with tf.Graph().as_default():``, where a ``tfv1.Session`` works as in TF1);
-- if the program disabled eager execution before kerastrainer was loaded, TF can no longer switch
-  back cleanly (Keras and kerastrainer were imported in graph mode): one line says so, and
-  ``launch_train_with_config`` raises a RuntimeError that says how to fix the program (import
-  kerastrainer first, or remove the call).
+The switch is process-wide while it lasts (the default mode of new threads is one flag for the
+process): a thread of the program's that starts during a training starts eager.
 
 Example::
 
-    from kerastrainer.compat import tfv1 as tf
-    tf.disable_eager_execution()     # logs: "... kerastrainer keeps eager execution on ..."
-    assert tf.executing_eagerly()
+    import tensorflow.compat.v1 as tf
+    tf.disable_v2_behavior()
+    from kerastrainer import *
+    x = tf.placeholder(tf.float32, [None, 3])        # graph mode, as the program asked
+    launch_train_with_config(config, SimpleTrainer())  # trains with TF2 behaviour, eagerly driven
+    assert not tf.executing_eagerly()                # and the program is back in graph mode
 """
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 import tensorflow as tf
 
+from .._internals import tf2_behavior_in_block
 from ..utils import logger
 
-__all__ = ["keep_eager_execution", "eager_execution_disabled"]
+__all__ = ["eager_execution_disabled", "tf2_behavior_for"]
 
-_WHY = ("kerastrainer trains with tf.function driven eagerly, so it keeps eager execution on; "
-        "TF1 graph code of your own can run inside `with tf.Graph().as_default():` (a tfv1.Session works there)")
-_state = {"installed": False, "logged": False}
+_logged = set()
 _lock = threading.Lock()
 
 
@@ -47,40 +49,20 @@ def eager_execution_disabled() -> bool:
     return not answer[0]
 
 
-def _log_once(message: str) -> None:
+def _log_once(who: str) -> None:
     with _lock:
-        if _state["logged"]:
+        if who in _logged:
             return
-        _state["logged"] = True
-    logger.warning(message)
+        _logged.add(who)
+    logger.info("%s: eager execution is off in this program (tf.compat.v1.disable_eager_execution() or "
+                "disable_v2_behavior()); kerastrainer runs this call with TF2's behaviour and gives the "
+                "program its graph mode back after.", who)
 
 
-def _ignoring(name: str):
-    def disable(*args, **kwargs):
-        _log_once(f"{name}() called: ignored. {_WHY}.")
-    disable.__name__ = name.rsplit(".", 1)[-1]
-    disable.__doc__ = f"kerastrainer's stand-in for {name}: logs once, keeps eager execution on."
-    return disable
-
-
-def _report_disabled_before_load() -> None:
-    # TF can switch back (tf.compat.v1.enable_eager_execution) only before Keras and kerastrainer
-    # were imported in graph mode; after that, variables made in tf.functions fail. So: say it.
-    if eager_execution_disabled():
-        _log_once("tf.compat.v1.disable_eager_execution() was called before kerastrainer was loaded: "
-                  "kerastrainer cannot train in this process (launch_train_with_config raises). Import "
-                  "kerastrainer first (the call is then logged and ignored), or remove the call.")
-
-
-def keep_eager_execution() -> None:
-    """Install the stand-ins for ``disable_eager_execution`` / ``disable_v2_behavior`` (once) and
-    say once that kerastrainer cannot train if eager execution is already off."""
-    with _lock:
-        first = not _state["installed"]
-        _state["installed"] = True
-    if first:
-        v1 = tf.compat.v1
-        for attr in ("disable_eager_execution", "disable_v2_behavior"):
-            stand_in = _ignoring(f"tf.compat.v1.{attr}")
-            setattr(v1, attr, stand_in)
-    _report_disabled_before_load()
+@contextmanager
+def tf2_behavior_for(who: str) -> Iterator[None]:
+    """Run the block (kerastrainer's own work, named ``who`` in one log line) eagerly with TF2's
+    behaviour when the program turned eager execution off; restore the program's mode after."""
+    _log_once(who)
+    with tf2_behavior_in_block():
+        yield

@@ -1,8 +1,18 @@
-"""A tensorpack program may wrap its training in ``with tf.Graph().as_default():`` (TF1's way to
-start from a clean graph). kerastrainer's loop drives ``tf.function``s eagerly, so the
-launcher trains in eager mode inside such a block; the block's graph stays empty. When eager
-execution was turned off process-wide before kerastrainer was loaded (eager_execution.py), the launch
-raises a RuntimeError saying so: kerastrainer's threads would start in graph mode."""
+"""kerastrainer's work launched from a program in TF1 graph mode runs eagerly, as kerastrainer always does.
+
+Two ways a tensorpack program is in graph mode when it trains:
+
+- it wraps the training in ``with tf.Graph().as_default():`` (TF1's way to start from a clean
+  graph): the launch runs eagerly inside the block (``eager_mode``); the block's graph stays empty;
+- it called ``tf.compat.v1.disable_eager_execution()`` / ``disable_v2_behavior()`` (process-wide):
+  the launch runs with TF2's behaviour for its duration (``eager_execution.tf2_behavior_for``) and
+  the program is back in graph mode after, its own graph and settings untouched.
+
+Example::
+
+    with tf.Graph().as_default():
+        launch_train_with_config(config, SimpleTrainer())   # trains eagerly; graph stays empty
+"""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -11,25 +21,23 @@ import tensorflow as tf
 
 from .._internals import eager_mode
 from ..utils import logger
-from .eager_execution import eager_execution_disabled
+from .eager_execution import eager_execution_disabled, tf2_behavior_for
 
 __all__ = ["eager_inside_tf1_graph"]
 
 
 @contextmanager
 def eager_inside_tf1_graph(who: str = "launch_train_with_config"):
-    """Run the block eagerly when the caller sits in a plain TF1 ``Graph().as_default()``."""
+    """Run the block eagerly when the caller is in TF1 graph mode (a plain ``Graph().as_default()``
+    block, or eager execution turned off process-wide); otherwise leave everything as it is."""
     graph = tf.compat.v1.get_default_graph()
     if tf.executing_eagerly() or getattr(graph, "building_function", False):
         yield
         return
-    if eager_execution_disabled():   # and TF refused to turn it back on (compat/eager_execution.py)
-        # kerastrainer's own threads (input producers, prefetchers) would start in graph mode
-        raise RuntimeError(
-            f"{who}: eager execution is disabled process-wide (tf.compat.v1.disable_eager_execution() ran "
-            "before kerastrainer was loaded; TF cannot switch back cleanly once Keras was imported). kerastrainer "
-            "trains with tf.function driven eagerly: remove the call, or import kerastrainer first (then the "
-            "call is logged and ignored), and put TF1 graph code inside `with tf.Graph().as_default():`.")
+    if eager_execution_disabled():
+        with tf2_behavior_for(who):
+            yield
+        return
     logger.info("%s: called inside `with tf.Graph().as_default()`; training runs eagerly "
                 "(tf.function) as always in kerastrainer, the TF1 graph is left unused.", who)
     with eager_mode():
