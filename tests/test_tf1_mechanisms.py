@@ -207,3 +207,15 @@ def test_accum_grad_checks_its_arguments():
         AccumGradOptimizer(keras.optimizers.SGD(0.1), 0)
     with pytest.raises(TypeError, match="niter must be an int"):
         AccumGradOptimizer(keras.optimizers.SGD(0.1), 2.5)
+
+
+@pytest.mark.parametrize("nothing", ["", None, []])
+def test_smart_init_of_nothing_loads_nothing_and_training_starts(nothing):
+    from kerastrainer import SmartInit
+    from kerastrainer.tfutils.sessinit import JustCurrentSession
+    assert isinstance(SmartInit(nothing), JustCurrentSession)
+    trainer = SimpleTrainer(steps_per_call=1)
+    cfg = TrainConfig(model=Linear(lambda: keras.optimizers.SGD(0.1)), dataflow=Batches(n=2), callbacks=[],
+                      extra_callbacks=[], monitors=[], max_epoch=1, session_init=SmartInit(nothing))
+    launch_train_with_config(cfg, trainer)
+    assert trainer.global_step == 2

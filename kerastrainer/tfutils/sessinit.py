@@ -285,9 +285,11 @@ def SmartInit(obj, *, ignore_mismatch: bool = False, hyperparams: str = "checkpo
     Example::
 
         SmartInit('train_log/run')                          # every variable, or an error
+        SmartInit('')                                       # nothing (as None)
         SmartInit('pretrained/checkpoint-100', ignore_mismatch=True)   # what matches; a warning
     """
-    if obj is None:
+    # tensorpack's `if not obj`: '' (FasterRCNN's default BACKBONE.WEIGHTS), None, [] load nothing
+    if obj is None or (isinstance(obj, (str, list, tuple, dict)) and not obj):
         return JustCurrentSession()
     if isinstance(obj, SessionInit):
         return obj
