@@ -9,6 +9,7 @@ from ..tfutils.extensions import read_optimizer
 from ..tfutils.layer_store import LayerStore
 from ..tfutils.tower import get_current_tower_context
 from ..tfutils.tower_func import ModelVariables, TowerFunction
+from .input_signature import read_input_signature
 
 __all__ = ["ModelDesc", "ModelDescBase", "model_of_functions"]
 
@@ -41,24 +42,10 @@ class ModelDescBase:
         raise NotImplementedError("ModelDesc.build_graph(*inputs) must return the cost")
 
     def get_input_signature(self) -> List[tf.TensorSpec]:
-        """``inputs()``, checked: every spec is a named ``tf.TensorSpec`` and names are unique."""
+        """``inputs()`` as named, uniquely named ``tf.TensorSpec``s (placeholders and tensorpack's
+        ``InputDesc`` read as their spec: ``input_signature.py``)."""
         if getattr(self, "_input_signature_cache", None) is None:
-            specs = list(self.inputs())
-            if not specs:
-                raise ValueError(f"{type(self).__name__}.inputs() returned no TensorSpec")
-            names = []
-            for i, s in enumerate(specs):
-                if not isinstance(s, tf.TensorSpec):
-                    raise TypeError(f"{type(self).__name__}.inputs()[{i}] is a {type(s).__name__}; "
-                                    "return tf.TensorSpec(shape, dtype, name).")
-                if not s.name:
-                    raise ValueError(f"{type(self).__name__}.inputs()[{i}] has no name; give every "
-                                     "TensorSpec a name (it is how predictors find inputs).")
-                names.append(s.name)
-            dup = sorted({n for n in names if names.count(n) > 1})
-            if dup:
-                raise ValueError(f"{type(self).__name__}.inputs() has duplicate names {dup}")
-            self._input_signature_cache = specs
+            self._input_signature_cache = read_input_signature(self.inputs, type(self).__name__)
         return self._input_signature_cache
 
     @property
