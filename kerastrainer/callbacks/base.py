@@ -130,6 +130,12 @@ class Callback:
     def chief_only(self, v: bool):
         self._chief_only = bool(v)
 
+    def set_chief_only(self, v: bool = True) -> "Callback":
+        """Set :attr:`chief_only` and return the callback (tensorpack's), e.g.
+        ``InferenceRunner(val, infs).set_chief_only(False)`` to evaluate on every worker."""
+        self.chief_only = v
+        return self
+
     def __str__(self):
         return type(self).__name__
 

@@ -1,8 +1,10 @@
 """Inferencers: what to compute over a validation set, for :class:`InferenceRunner`.
 
-An inferencer names the tensors it needs (``_get_fetches``), sees their values
-batch by batch (``_on_fetches``), and returns its statistics at the end
-(``_after_inference``); the runner puts them into the monitors.
+An inferencer is a callback that the runner drives, as in tensorpack: its ``setup_graph`` runs
+in the runner's (an inferencer may build what it needs there, e.g. an all-reduce across ranks),
+it names the tensors it needs (``_get_fetches``), sees their values batch by batch
+(``_on_fetches``) between ``_before_inference`` (its ``before_epoch``) and ``_after_inference``
+(its ``trigger_epoch``), whose statistics it puts into the monitors.
 
 Example::
 
@@ -24,17 +26,22 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from ..utils import logger
-from ..utils.stats import BinaryStatistics
+from ..utils.stats import BinaryStatistics, RatioCounter
+from .base import Callback
 
 __all__ = ["Inferencer", "ScalarStats", "ClassificationError", "BinaryClassificationStats"]
 
 
-class Inferencer:
-    """Base class of inferencers. Subclasses override the underscore methods.
+class Inferencer(Callback):
+    """Base class of inferencers: a :class:`Callback` that only an :class:`InferenceRunner` calls.
+    Subclasses override the underscore methods.
 
+    The runner calls ``setup_graph(trainer)`` from its own (so ``_setup_graph`` runs, and
+    ``self.trainer`` is set), then at each of its triggers ``before_epoch()`` (which calls
+    ``_before_inference``), ``on_fetches(...)`` for each batch, and ``trigger_epoch()`` (which
+    calls ``_after_inference`` and puts the scalars it returns into the monitors).
     While the runner iterates, ``self.batch_size`` is the current batch's size
     (the first dimension of the first input), or None when it cannot be told.
-    ``self.trainer`` is set by the runner.
 
     Example::
 
@@ -49,7 +56,6 @@ class Inferencer:
                 return {'validation_max_prob': self.best}
     """
 
-    trainer = None
     batch_size: Optional[int] = None
 
     def get_fetches(self) -> List[str]:
@@ -74,6 +80,19 @@ class Inferencer:
     def after_inference(self) -> Dict[str, float]:
         ret = self._after_inference()
         return {} if ret is None else dict(ret)
+
+    # --- as a callback (tensorpack's): the runner calls these ---------------------------------------
+    def _before_epoch(self):
+        self._before_inference()
+
+    def _trigger_epoch(self):
+        for k, v in self.after_inference().items():
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                logger.warn("%s returned a non-scalar statistic '%s'; skipped.", self, k)
+                continue
+            self.trainer.monitors.put_scalar(k, v)
 
     # --- override these -----------------------------------------------------------------------
     def _get_fetches(self) -> List[str]:
@@ -170,8 +189,7 @@ class ClassificationError(Inferencer):
         return [self.wrong_tensor_name]
 
     def _before_inference(self):
-        self._wrong = 0.0
-        self._count = 0
+        self.err_stat = RatioCounter()   # tensorpack's: wrong samples / samples
 
     def _on_fetches(self, results):
         vec = np.asarray(results[0])
@@ -179,14 +197,13 @@ class ClassificationError(Inferencer):
             raise ValueError(
                 f"ClassificationError: '{self.wrong_tensor_name}' must be a vector with one 0/1 entry per "
                 f"sample, got shape {vec.shape}. Return the per-sample vector, not its mean.")
-        self._wrong += float(vec.sum())
-        self._count += vec.shape[0]
+        self.err_stat.feed(float(vec.sum()), vec.shape[0])
 
     def _after_inference(self):
-        if self._count == 0:
+        if self.err_stat.total == 0:
             logger.warn("ClassificationError: no samples were seen; %s is not reported.", self.summary_name)
             return {}
-        return {self.summary_name: self._wrong / self._count}
+        return {self.summary_name: self.err_stat.ratio}
 
 
 class BinaryClassificationStats(Inferencer):

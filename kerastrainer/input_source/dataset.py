@@ -1,15 +1,21 @@
-"""TFDatasetInput: a ``tf.data.Dataset`` read in-graph through its iterator."""
+"""TFDatasetInput: a ``tf.data.Dataset`` (or a DataFlow made into one) read in-graph through its
+iterator."""
 from __future__ import annotations
+
+from typing import Optional, Sequence
 
 import tensorflow as tf
 
+from ..dataflow.base import check_dataflow
+from ..dataflow.common import MapData
 from .base import InputSource, InputSourceError, spec_to_str
 
 __all__ = ["TFDatasetInput"]
 
 
 class TFDatasetInput(InputSource):
-    """Use a ``tf.data.Dataset`` of batches (tuples in the order of ``inputs()``, or dicts keyed by name).
+    """Use a ``tf.data.Dataset`` of batches (tuples in the order of ``inputs()``, or dicts keyed by name),
+    or a DataFlow of batches made into one (:meth:`dataflow_to_dataset`, with the dtypes of ``inputs()``).
 
     The dataset is repeated forever (``repeat=True``); each replica takes its own batch per
     step. Give ``repeat=False`` for a dataset that never ends and must not be wrapped again,
@@ -20,17 +26,47 @@ class TFDatasetInput(InputSource):
 
         ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).prefetch(2)
         TrainConfig(model=M(), data=TFDatasetInput(ds), steps_per_epoch=100, ...)
+        TrainConfig(model=M(), data=TFDatasetInput(BatchData(df, 64)), ...)   # a DataFlow
     """
 
-    def __init__(self, dataset: tf.data.Dataset, repeat: bool = True):
-        if not isinstance(dataset, tf.data.Dataset):
-            raise TypeError(f"TFDatasetInput needs a tf.data.Dataset; got {type(dataset).__name__}")
-        self.dataset = dataset
+    def __init__(self, dataset, repeat: bool = True):
+        self._dataflow = None
+        if isinstance(dataset, tf.data.Dataset):
+            self.dataset: Optional[tf.data.Dataset] = dataset
+        else:
+            self._dataflow = check_dataflow(dataset, "TFDatasetInput: the input (a tf.data.Dataset or a DataFlow)")
+            self.dataset = None   # made at setup, with the dtypes of inputs()
         self.repeat = bool(repeat)
         self._iterator = None
 
+    @staticmethod
+    def dataflow_to_dataset(df, types: Sequence[tf.DType]) -> tf.data.Dataset:
+        """A ``tf.data.Dataset`` of the DataFlow's datapoints (lists), one component per dtype in
+        ``types``, as tensorpack's: the DataFlow is reset here, and the dataset is as finite as the
+        DataFlow (add ``.repeat()`` to train on it for more than one pass).
+
+        Example::
+
+            ds = TFDatasetInput.dataflow_to_dataset(BatchData(df, 32), [tf.float32, tf.int32])
+        """
+        df = check_dataflow(df, "TFDatasetInput.dataflow_to_dataset")
+        if not isinstance(types, (list, tuple)) or not types:
+            raise TypeError(f"TFDatasetInput.dataflow_to_dataset: types must be a non-empty list of dtypes, "
+                            f"one per component; got {types!r}")
+        types = [tf.as_dtype(t) for t in types]
+        df = MapData(df, tuple)
+        df.reset_state()
+        return tf.data.Dataset.from_generator(
+            df.__iter__, output_signature=tuple(tf.TensorSpec(None, t) for t in types))
+
+    def make_dataset(self, specs: Sequence[tf.TensorSpec]) -> tf.data.Dataset:
+        """The dataset of one pass (not repeated), for the signature ``specs``."""
+        if self.dataset is None:
+            self.dataset = self.dataflow_to_dataset(self._dataflow, [s.dtype for s in specs])
+        return self.dataset
+
     def _setup(self, specs):
-        elem = self.dataset.element_spec
+        elem = self.make_dataset(specs).element_spec
         if isinstance(elem, dict):
             missing = [s.name for s in specs if s.name not in elem]
             if missing:
@@ -59,6 +95,8 @@ class TFDatasetInput(InputSource):
                 "Make it endless (.repeat() before prefetch_to_device) or train fewer steps.")
 
     def size(self) -> int:
+        if self._dataflow is not None:
+            return len(self._dataflow)
         n = int(self.dataset.cardinality())
         if n < 0:
             raise NotImplementedError("the dataset's cardinality is unknown")

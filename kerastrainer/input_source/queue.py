@@ -13,7 +13,7 @@ from ..dataflow.base import check_dataflow
 from ..dataflow.common import BatchData
 from ..utils import logger
 from ..utils.concurrency import join_thread
-from .base import InputSource, InputSourceError, check_datapoint
+from .base import InputSource, InputSourceError, check_datapoint, spec_to_str
 from ..utils.casting import whole_number
 
 __all__ = ["QueueInput", "BatchQueueInput", "DataFlowEndedError"]
@@ -61,14 +61,29 @@ class QueueInput(InputSource):
     message naming the input). If the DataFlow raises, or ends without producing
     anything, the queue is closed and the trainer re-raises the error.
 
+    Args:
+        ds: the DataFlow of batches.
+        queue: tensorpack's argument: a queue made by the program (``tf.queue.FIFOQueue(...)``, any
+            ``tf.queue.QueueBase``, made eagerly) whose dtypes are those of ``inputs()``; by
+            default a ``FIFOQueue`` of ``capacity`` batches.
+        capacity: the default queue's size.
+        name: the name of the queue and of its thread.
+
     Example::
 
         config = TrainConfig(model=MyModel(), data=QueueInput(df, capacity=50), ...)
+        QueueInput(df, queue=tf.queue.FIFOQueue(100, [tf.float32, tf.int32]))   # tensorpack's form
     """
 
-    def __init__(self, ds, capacity: int = 50, name: str = "QueueInput"):
+    def __init__(self, ds, queue: Optional[tf.queue.QueueBase] = None, capacity: int = 50,
+                 name: str = "QueueInput"):
         self.ds = check_dataflow(ds, "QueueInput")
-        self.capacity = int(capacity)
+        if queue is not None and not isinstance(queue, tf.queue.QueueBase):
+            raise TypeError(f"QueueInput(queue=...) takes a queue (tf.queue.FIFOQueue(...), a tf.queue.QueueBase); "
+                            f"got {type(queue).__name__}. The default queue's size is capacity=.")
+        self._given_queue = queue
+        # a given queue's size is its own (TF does not tell it): None
+        self.capacity = None if queue is not None else int(capacity)
         self.name = name
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
@@ -93,8 +108,32 @@ class QueueInput(InputSource):
                                                     f"{type(self.ds).__name__})")
         if self._first and self._first[0].ndim:
             self.batch_size = int(self._first[0].shape[0])
-        self.queue = tf.queue.FIFOQueue(self.capacity, [s.dtype for s in specs],
-                                        name=self.name.replace("/", "_"))
+        if self._given_queue is None:
+            self.queue = tf.queue.FIFOQueue(self.capacity, [s.dtype for s in specs],
+                                            name=self.name.replace("/", "_"))
+        else:
+            self.queue = self._check_given_queue(self._given_queue, specs)
+
+    def _check_given_queue(self, queue, specs):
+        if not hasattr(queue.queue_ref, "numpy"):   # not an eager resource: a graph's queue
+            raise InputSourceError(
+                f"{self.name}: the queue given to QueueInput(queue=...) was made inside a graph; make it "
+                "eagerly (at the top level of the program, before training), where the enqueue thread can "
+                "reach it.")
+        want = [s.dtype for s in specs]
+        if list(queue.dtypes) != want:
+            raise InputSourceError(
+                f"{self.name}: the queue given to QueueInput(queue=...) holds dtypes "
+                f"{[d.name for d in queue.dtypes]}, inputs() declares {[d.name for d in want]} "
+                f"({[s.name for s in specs]}); make the queue with those dtypes.")
+        shapes = queue.shapes
+        if shapes is not None:
+            for spec, shape in zip(specs, shapes):
+                if shape.rank is not None and not spec.shape.is_compatible_with(shape):
+                    raise InputSourceError(
+                        f"{self.name}: the queue given to QueueInput(queue=...) has shape {shape} for input "
+                        f"'{spec.name}', inputs() declares {spec_to_str(spec)}.")
+        return queue
 
     def size(self) -> int:
         return len(self.ds)
@@ -220,7 +259,8 @@ class QueueInput(InputSource):
             if not self._thread.is_alive():
                 return
             try:
-                if int(self.queue.size().numpy()) < self.capacity:
+                size = int(self.queue.size().numpy())
+                if size == 0 or (self.capacity is not None and size < self.capacity):
                     return  # an enqueue now does not block
                 self.queue.dequeue()  # training has ended: nobody else takes from the queue
             except Exception:

@@ -1,0 +1,182 @@
+"""tensorpack 0.11's API as the public programs met it (FasterRCNN, PTB-LSTM, research code built on
+tensorpack): each test fails on the behaviour it replaced (a TypeError, a refusal, a missing name,
+a name that resolved to the wrong object)."""
+import importlib
+import pkgutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from _models import MLP, LinearData
+from kerastrainer.callbacks import Callback, ClassificationError, InferenceRunner, Inferencer, ScalarStats
+from kerastrainer.dataflow import DataFromList
+from kerastrainer.input_source import QueueInput, TensorInput, TFDatasetInput
+from kerastrainer.models import FullyConnected
+from kerastrainer.tfutils.tower import TowerFunc
+from kerastrainer.train import SimpleTrainer, TrainConfig, launch_train_with_config
+
+
+def quiet_config(**kw):
+    kw.setdefault("extra_callbacks", [])
+    kw.setdefault("monitors", [])
+    return TrainConfig(**kw)
+
+
+def _train(callbacks=(), max_epoch=1, model=None, **kw):
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=model or MLP(), dataflow=LinearData(num_batches=4),
+                                          callbacks=list(callbacks), max_epoch=max_epoch, **kw), t)
+    return t
+
+
+def _mean_over(pred, batches):
+    return float(np.mean([pred(list(b))[0] for b in batches]))
+
+
+# --- 1. get_predictor(..., device=k) -------------------------------------------------------------------
+def test_get_predictor_takes_tensorpack_device_index():
+    """FasterRCNN's EvalCallback: trainer.get_predictor(in, out, device=k) for each GPU (TypeError before)."""
+    t = _train()
+    x = LinearData(num_batches=1).x[:5]
+    base, = t.get_predictor(["x"], ["prob"])(x)
+    for k, where in ((0, "CPU:0"), (1, "CPU:1"), (-1, "CPU:0")):   # no GPU: /gpu:k is the logical /cpu:k
+        pred = t.get_predictor(["x"], ["prob"], device=k)
+        assert pred.device.upper().endswith(where), pred.device
+        np.testing.assert_allclose(pred(x)[0], base, rtol=1e-6)
+    with pytest.raises(TypeError, match="device index"):
+        t.get_predictor(["x"], ["prob"], device="gpu0")
+
+
+# --- 2. InferenceRunner(tower_func=...), over a TensorInput / TFDatasetInput ----------------------------
+class EvalTwice(MLP):
+    """A second tower function on the same layers (research code evaluates a different graph)."""
+
+    def build_eval_graph(self, x, y):
+        h = FullyConnected("fc1", x * 2.0, 16, activation=self.hidden_activation)
+        logits = FullyConnected("fc2", h, 3)
+        tf.reduce_mean(tf.nn.softmax(logits)[:, 0], name="eval_score")
+
+
+def test_inference_runner_with_another_tower_function():
+    model = EvalTwice()
+    val = LinearData(num_batches=2, seed=5)
+    runner = InferenceRunner(val, [ScalarStats("eval_score")], tower_name="EvalTower",
+                             tower_func=TowerFunc(model.build_eval_graph, model.inputs()))
+    t = _train([runner], model=model)
+    pred = t.get_predictor(["x"], ["prob"])
+    want = np.mean([pred(b[0] * 2.0)[0][:, 0].mean() for b in val])   # the same layers on 2x
+    assert t.monitors.get_latest("validation_eval_score") == pytest.approx(want, rel=1e-5)
+    with pytest.raises(TypeError, match="TowerFunc"):
+        InferenceRunner(val, [ScalarStats("cost")], tower_func="build_eval_graph")
+
+
+def test_inference_runner_over_a_tensor_input():
+    """tensorpack's PTB-LSTM: InferenceRunner(TensorInput(producer, size), ...) (refused before)."""
+    val = list(LinearData(num_batches=3, seed=7))
+    xs = tf.constant(np.stack([b[0] for b in val]))
+    ys = tf.constant(np.stack([b[1] for b in val]))
+    step = tf.Variable(0, dtype=tf.int64)
+
+    def producer():   # a stateful producer, as PTB's: the next batch of the validation text each call
+        k = tf.math.floormod(step.assign_add(1) - 1, 3)
+        return [tf.gather(xs, k), tf.gather(ys, k)]
+
+    t = _train([InferenceRunner(TensorInput(producer, 3), [ScalarStats(["cost"])]),
+                InferenceRunner(TensorInput(producer, 3), [ScalarStats(["cost"], prefix="test")],
+                                tower_name="InferenceTowerTest")])
+    want = _mean_over(t.get_predictor(["x", "y"], ["cost"]), val)
+    assert t.monitors.get_latest("validation_cost") == pytest.approx(want, rel=1e-5)
+    assert t.monitors.get_latest("test_cost") == pytest.approx(want, rel=1e-5)
+    assert int(step.numpy()) == 6   # each runner read its size() batches, once
+
+
+def test_inference_runner_over_a_dataset_input_reads_one_pass_each_time():
+    val = list(LinearData(num_batches=2, seed=9))
+    ds = tf.data.Dataset.from_tensor_slices((np.concatenate([b[0] for b in val]),
+                                             np.concatenate([b[1] for b in val]))).batch(32)
+    t = _train([InferenceRunner(TFDatasetInput(ds), [ClassificationError("wrong")])], max_epoch=2)
+    pred = t.get_predictor(["x", "y"], ["wrong"])
+    want = float(np.mean(np.concatenate([pred(list(b))[0] for b in val])))
+    assert t.monitors.get_latest("validation_error") == pytest.approx(want)
+    assert len(t.monitors.get_history("validation_error")) == 2
+
+
+# --- 3. an Inferencer is a Callback: its _setup_graph runs ------------------------------------------------
+class AllReducedError(ClassificationError):
+    """Horovod-style evaluation: the counts of every rank summed before the ratio; the reduction is
+    built in _setup_graph, as tensorpack's programs do."""
+
+    def _setup_graph(self):
+        strategy = self.trainer.strategy
+
+        def total(values):
+            per_replica = strategy.experimental_distribute_values_from_function(
+                lambda ctx: tf.constant(values, tf.float64) if ctx.replica_id_in_sync_group == 0
+                else tf.zeros([2], tf.float64))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy()
+
+        self._all_reduce = total
+        self.setup_trainer = self.trainer
+
+    def _after_inference(self):
+        wrong, count = self._all_reduce([self.err_stat.count, self.err_stat.total])
+        return {self.summary_name: wrong / count}
+
+
+def test_an_inferencer_is_set_up_as_a_callback():
+    inf = AllReducedError("wrong", "val_error")
+    assert isinstance(inf, Callback)
+    t = _train([InferenceRunner(LinearData(num_batches=2, seed=3), [inf])])
+    assert inf.setup_trainer is t
+    pred = t.get_predictor(["x", "y"], ["wrong"])
+    want = float(np.mean(np.concatenate([pred(list(b))[0] for b in LinearData(num_batches=2, seed=3)])))
+    assert t.monitors.get_latest("val_error") == pytest.approx(want)
+
+
+# --- 4. ClassificationError.err_stat, Callback.set_chief_only ---------------------------------------------
+def test_classification_error_keeps_its_counts_in_err_stat():
+    ce = ClassificationError()
+    ce.before_inference()
+    ce.on_fetches([np.array([1.0, 0.0, 0.0, 1.0])], 4)
+    ce.on_fetches([np.array([1.0, 0.0])], 2)
+    assert (ce.err_stat.count, ce.err_stat.total) == (3.0, 6)
+    assert ce.after_inference() == {"validation_error": 0.5}
+
+
+def test_set_chief_only_returns_the_callback():
+    runner = InferenceRunner(LinearData(num_batches=1), ScalarStats("cost"))
+    assert runner.chief_only
+    assert runner.set_chief_only(False) is runner and runner.chief_only is False
+    assert runner.set_chief_only() is runner and runner.chief_only is True
+
+
+# --- 5. QueueInput(df, queue=...) --------------------------------------------------------------------
+def test_queue_input_takes_the_programs_queue():
+    queue = tf.queue.FIFOQueue(7, [tf.float32, tf.int32], name="my_queue")
+    source = QueueInput(LinearData(num_batches=4), queue=queue)
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=MLP(), data=source, max_epoch=2, steps_per_epoch=4), t)
+    assert source.queue is queue and t.global_step == 8
+    with pytest.raises(TypeError, match="capacity="):
+        QueueInput(LinearData(), 10)
+    from kerastrainer.input_source import InputSourceError
+    wrong = QueueInput(LinearData(), queue=tf.queue.FIFOQueue(3, [tf.float32, tf.float32]))
+    with pytest.raises(InputSourceError, match=r"holds dtypes \['float32', 'float32'\].*int32"):
+        wrong.setup(MLP().get_input_signature())
+
+
+# --- 6. TFDatasetInput(dataflow), TFDatasetInput.dataflow_to_dataset ----------------------------------
+def test_tf_dataset_input_of_a_dataflow_and_dataflow_to_dataset():
+    data = LinearData(num_batches=3)
+    ds = TFDatasetInput.dataflow_to_dataset(data, [tf.float32, tf.int32])
+    got = list(ds)
+    assert len(got) == 3 and got[1][1].dtype == tf.int32
+    np.testing.assert_array_equal(got[2][0].numpy(), data.x[64:96])
+    source = TFDatasetInput(LinearData(num_batches=4))
+    assert source.size() == 4
+    t = SimpleTrainer()
+    launch_train_with_config(quiet_config(model=MLP(), data=source, max_epoch=2), t)
+    assert t.global_step == 8   # steps_per_epoch from the DataFlow's len(); repeated past one pass
+    with pytest.raises(TypeError, match="tf.data.Dataset or a DataFlow"):
+        TFDatasetInput([1, 2, 3])
