@@ -1,6 +1,7 @@
 """tensorpack's TF1 training mechanisms with tensorpack 0.11's meaning: AccumGradOptimizer,
 SessionRunTimeout, the session config, graph collections, Keras optimizers in the custom
 trainers, SmartInit of nothing, and tensorpack's 4-argument setup_graph on every trainer."""
+import threading
 import time
 
 import keras
@@ -219,3 +220,55 @@ def test_smart_init_of_nothing_loads_nothing_and_training_starts(nothing):
                       extra_callbacks=[], monitors=[], max_epoch=1, session_init=SmartInit(nothing))
     launch_train_with_config(cfg, trainer)
     assert trainer.global_step == 2
+
+
+class Hangs(Batches):
+    """Gives ``after`` batches, then blocks until ``release`` is set (a stuck worker; 60 s at most)."""
+
+    def __init__(self, after, **kw):
+        super().__init__(**kw)
+        self.after = after
+        self.release = threading.Event()
+        self.timed_out = False
+
+    def __iter__(self):
+        for i, dp in enumerate(super().__iter__()):
+            if i == self.after:
+                self.timed_out = not self.release.wait(60)
+            yield dp
+
+
+class Release(Callback):
+    """Lets the stuck DataFlow go when training ends (the input is closed faster)."""
+    _chief_only = False
+
+    def __init__(self, data):
+        self.data = data
+
+    def _after_train(self):
+        self.data.release.set()
+
+
+def test_session_run_timeout_stops_a_call_that_waits_past_its_deadline():
+    from kerastrainer.callbacks import SessionRunTimeout
+    from kerastrainer.callbacks.timeout import SessionRunTimeoutError
+    trainer = SimpleTrainer(steps_per_call=1)
+    data = Hangs(after=3, n=6)
+    cfg = TrainConfig(model=Linear(lambda: keras.optimizers.SGD(0.1)), dataflow=data,
+                      callbacks=[SessionRunTimeout(500), Release(data)], extra_callbacks=[], monitors=[], max_epoch=1)
+    with pytest.raises(tf.errors.DeadlineExceededError, match=r"SessionRunTimeout\(500\).*500 ms per step") as e:
+        launch_train_with_config(cfg, trainer)
+    assert isinstance(e.value, SessionRunTimeoutError)
+    assert not data.timed_out   # stopped at the deadline, not when the DataFlow gave up waiting
+    assert trainer.global_step == 3
+
+
+def test_session_run_timeout_lets_calls_within_the_deadline_train():
+    from kerastrainer.callbacks import SessionRunTimeout
+    trainer = SimpleTrainer(steps_per_call=2)
+    cfg = TrainConfig(model=Linear(lambda: keras.optimizers.SGD(0.1)), dataflow=Batches(n=6),
+                      callbacks=[SessionRunTimeout(60000)], extra_callbacks=[], monitors=[], max_epoch=1)
+    launch_train_with_config(cfg, trainer)
+    assert trainer.global_step == 6
+    with pytest.raises(ValueError, match="timeout_in_ms must be positive"):
+        SessionRunTimeout(0)

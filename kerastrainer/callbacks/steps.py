@@ -7,7 +7,8 @@
   :class:`NonFiniteLossError` naming the first step whose cost was NaN or Inf.
 - :class:`TensorPrinter`, :class:`SimpleMovingAverage`: print / average named step values
   (model variables or step outputs, as ``callbacks/graph.py`` reads them) every step.
-- ``ProgressBar`` (``callbacks/prog.py``) at tensorpack's path; ``SessionRunTimeout`` raises.
+- ``ProgressBar`` (``callbacks/prog.py``) and ``SessionRunTimeout`` (``callbacks/timeout.py``) at
+  tensorpack's path.
 
 Example::
 
@@ -23,10 +24,10 @@ import numpy as np
 
 from ..tfutils.optimizer_check import describe_nonfinite_hyperparameters
 from ..utils import logger
-from ..utils.tf1_only import tf1_only_class
 from .base import Callback
 from .graph import read_named_values
 from .prog import ProgressBar
+from .timeout import SessionRunTimeout  # noqa: F401 (tensorpack's path of it)
 
 __all__ = ["MovingAverageSummary", "TerminateOnNonFinite", "TerminateOnNaN", "NonFiniteLossError",
            "ProgressBar", "TensorPrinter", "SessionRunTimeout", "SimpleMovingAverage"]
@@ -223,10 +224,3 @@ class SimpleMovingAverage(Callback):
         if self.global_step % self._window == 0:
             for name, avg in zip(self._display, np.asarray(self._queue).mean(axis=0)):
                 self.trainer.monitors.put_scalar(name + "/SMA", float(avg))
-
-
-SessionRunTimeout = tf1_only_class(
-    "SessionRunTimeout", __name__, "there is no Session.run to put a deadline on",
-    "A step blocked on input is reported by kerastrainer's stalled-input report and ends on "
-    "Ctrl-C/SIGTERM; to bound a whole run, use `timeout` in the launcher or a Callback that "
-    "raises StopTraining after a time.", base=Callback)
