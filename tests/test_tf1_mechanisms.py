@@ -272,3 +272,74 @@ def test_session_run_timeout_lets_calls_within_the_deadline_train():
     assert trainer.global_step == 6
     with pytest.raises(ValueError, match="timeout_in_ms must be positive"):
         SessionRunTimeout(0)
+
+
+def test_get_default_sess_config_is_tensorpacks_config_proto():
+    from kerastrainer.tfutils import get_default_sess_config
+    conf = get_default_sess_config(0.5)
+    assert isinstance(conf, tfv1.ConfigProto)
+    assert conf.allow_soft_placement and conf.gpu_options.allow_growth
+    assert conf.intra_op_parallelism_threads == 1 and conf.inter_op_parallelism_threads == 0
+    assert conf.gpu_options.per_process_gpu_memory_fraction == pytest.approx(0.5)
+
+
+@pytest.fixture
+def restore_tf_config():
+    jit = tf.config.optimizer.get_jit()
+    options = tf.config.optimizer.get_experimental_options()
+    yield
+    tf.debugging.set_log_device_placement(False)
+    tf.config.optimizer.set_jit(jit or False)
+    tf.config.optimizer.set_experimental_options({"layout_optimizer": options.get("layout_optimizer", True)})
+
+
+def test_train_config_session_config_is_mapped_to_tf_config_and_the_rest_named(kt_log, restore_tf_config):
+    tf.constant(1.0) + 1.0   # this process's runtime has started (threads are fixed from here on)
+    conf = tfv1.ConfigProto()
+    conf.log_device_placement = True
+    conf.graph_options.optimizer_options.global_jit_level = tfv1.OptimizerOptions.ON_1
+    conf.graph_options.rewrite_options.layout_optimizer = 2   # OFF
+    conf.operation_timeout_in_ms = 5000
+    conf.gpu_options.per_process_gpu_memory_fraction = 0.5
+    conf.intra_op_parallelism_threads = tf.config.threading.get_intra_op_parallelism_threads() + 3
+    cfg = TrainConfig(model=Linear(lambda: keras.optimizers.SGD(0.1)), dataflow=Batches(n=2), session_config=conf)
+    assert cfg.session_config is conf
+    assert tf.debugging.get_log_device_placement() is True
+    assert tf.config.optimizer.get_jit() == "autoclustering"
+    assert tf.config.optimizer.get_experimental_options()["layout_optimizer"] is False
+    warned = kt_log.warnings()
+    assert "operation_timeout_in_ms=5000" in warned and "per_process_gpu_memory_fraction=0.5" in warned
+    assert "no counterpart" in warned
+    # the runtime of this process has started: the thread count is named, not silently dropped
+    assert "intra_op_parallelism_threads" in warned and "runtime has started" in warned
+    with pytest.raises(TypeError, match="ConfigProto"):
+        TrainConfig(model=Linear(lambda: None), dataflow=Batches(n=2), session_config={"allow_growth": True})
+
+
+_THREADS_PROGRAM = r"""
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np, keras, tensorflow as tf
+from kerastrainer import TrainConfig
+from kerastrainer.tfutils import get_default_sess_config
+from test_tf1_mechanisms import Linear, Batches
+conf = get_default_sess_config()
+conf.inter_op_parallelism_threads = 2
+cfg = TrainConfig(model=Linear(lambda: keras.optimizers.SGD(0.1)), dataflow=Batches(n=2), session_config=conf)
+tf.constant(1.0) + 1.0   # the runtime starts with them
+print("THREADS", tf.config.threading.get_intra_op_parallelism_threads(),
+      tf.config.threading.get_inter_op_parallelism_threads(), tf.config.get_soft_device_placement())
+"""
+
+
+@pytest.mark.slow   # a fresh interpreter importing TensorFlow: ~25 s on 2 busy cores
+def test_session_config_given_before_tensorflow_starts_sets_its_threads(tmp_path):
+    import os
+    import subprocess
+    import sys
+    tests = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", _THREADS_PROGRAM.format(tests=tests)], capture_output=True,
+                         text=True, timeout=300, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "THREADS 1 2 True" in out.stdout
+    assert "per_process_gpu_memory_fraction=0.99" in out.stderr + out.stdout   # named: no counterpart

@@ -10,6 +10,7 @@ from ..dataflow.base import check_dataflow
 from ..input_source.base import InputSource
 from ..tfutils.optimizer_check import describe_nonfinite_hyperparameters
 from ..tfutils.sessinit import SmartInit
+from ..tfutils.session_config import apply_session_config
 from ..utils import logger
 from ..utils.casting import whole_number
 from .base import Trainer
@@ -37,6 +38,10 @@ class TrainConfig:
         max_epoch: the number of the last epoch (not a count of epochs). Negative is an error; 0
             (or less than ``starting_epoch``) builds the model, loads ``session_init`` and trains
             nothing, with a log line (a warning when 0 < ``max_epoch`` < ``starting_epoch``).
+        session_config: a ``tf.compat.v1.ConfigProto`` (``get_default_sess_config()``): applied at once
+            through ``tf.config`` where a field has a counterpart (threads, memory growth, soft and
+            logged placement, visible GPUs, XLA's ``global_jit_level``, graph rewrites); a warning
+            names each set field that has none, or that the started runtime can no longer change.
 
     Example::
 
@@ -50,7 +55,8 @@ class TrainConfig:
                  callbacks: Optional[Sequence[Callback]] = None,
                  extra_callbacks: Optional[Sequence[Callback]] = None,
                  monitors: Optional[Sequence[Callback]] = None, session_init=None,
-                 starting_epoch: int = 1, steps_per_epoch: Optional[int] = None, max_epoch: int = 99999):
+                 starting_epoch: int = 1, steps_per_epoch: Optional[int] = None, max_epoch: int = 99999,
+                 session_config=None):
         if dataflow is not None and data is not None:
             raise ValueError("TrainConfig takes either dataflow= or data=, not both.")
         if dataflow is not None:
@@ -79,6 +85,9 @@ class TrainConfig:
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be positive; got {steps_per_epoch}")
         _check_epochs(self.starting_epoch, self.max_epoch)
+        self.session_config = session_config
+        if session_config is not None:   # as early as the program lets us: threads are fixed once TF starts
+            apply_session_config(session_config, "TrainConfig(session_config=...)")
 
     def resolve_resume(self) -> None:
         """Decide, at launch, where training resumes from (nothing here; AutoResumeTrainConfig)."""
