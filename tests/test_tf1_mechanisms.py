@@ -343,3 +343,53 @@ def test_session_config_given_before_tensorflow_starts_sets_its_threads(tmp_path
     assert out.returncode == 0, out.stderr[-3000:]
     assert "THREADS 1 2 True" in out.stdout
     assert "per_process_gpu_memory_fraction=0.99" in out.stderr + out.stdout   # named: no counterpart
+
+
+class TwoPasses(Linear):
+    """A second pass in a frozen block (tensorpack's adversarial towers): its summaries are dropped."""
+
+    def build_graph(self, x, y):
+        from kerastrainer.tfutils import add_moving_summary
+        from kerastrainer.tfutils.collection import freeze_collection
+        cost = super().build_graph(x, y)
+        add_moving_summary(tf.identity(cost, name="kept_cost"))
+        with freeze_collection([tfv1.GraphKeys.SUMMARIES, "my_key"]):
+            again = tf.reduce_mean(tf.square(FullyConnected("fc", x * 2.0, 1) - y))
+            add_moving_summary(tf.identity(again, name="frozen_cost"))
+            tf.summary.histogram("frozen_hist", again)
+            tfv1.add_to_collection("my_key", again)
+        assert tfv1.get_collection("my_key") == []
+        return cost
+
+
+def test_freeze_collection_of_summaries_drops_the_summaries_of_the_block():
+    trainer = SimpleTrainer(steps_per_call=1)
+    cfg = TrainConfig(model=TwoPasses(lambda: keras.optimizers.SGD(0.1)), dataflow=Batches(n=2), callbacks=[],
+                      extra_callbacks=[], monitors=[], max_epoch=1)
+    launch_train_with_config(cfg, trainer)
+    outs = trainer.last_step_outputs
+    assert "kept_cost" in outs
+    assert not [k for k in outs if "frozen" in k]
+    assert not [n for n in trainer.tower_func.histogram_names if "frozen" in n]
+
+
+def test_backup_and_restore_collection_in_a_tf1_graph():
+    from kerastrainer.tfutils.collection import backup_collection, freeze_collection, restore_collection
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(1.0)
+        tfv1.add_to_collection(tfv1.GraphKeys.UPDATE_OPS, a.op)
+        saved = backup_collection([tfv1.GraphKeys.UPDATE_OPS])
+        with freeze_collection([tfv1.GraphKeys.UPDATE_OPS, "other"]):
+            tfv1.add_to_collection(tfv1.GraphKeys.UPDATE_OPS, tf.constant(2.0).op)
+            tfv1.add_to_collection("other", 3)
+            assert len(tfv1.get_collection(tfv1.GraphKeys.UPDATE_OPS)) == 2
+        assert tfv1.get_collection(tfv1.GraphKeys.UPDATE_OPS) == [a.op]
+        assert tfv1.get_collection("other") == []
+        tfv1.add_to_collection(tfv1.GraphKeys.UPDATE_OPS, tf.constant(4.0).op)
+        restore_collection(saved)
+        assert tfv1.get_collection(tfv1.GraphKeys.UPDATE_OPS) == [a.op]
+        everything = backup_collection()
+        assert tfv1.GraphKeys.UPDATE_OPS in everything
+    with pytest.raises(TypeError, match="list, tuple or set"):
+        backup_collection(tfv1.GraphKeys.UPDATE_OPS)
