@@ -516,6 +516,9 @@ def tf2_behavior_in_block():
                 v2_compat._DATA_V2_CALLBACKS.lookup(name)()
 
     saved = state()
+    # the calling thread's mode is read when it first meets the context: made now, before the switch,
+    # or this thread would stay eager after the block (the context may not exist yet)
+    context.context()._thread_local_data.is_eager  # noqa: B018
     apply(True, context.EAGER_MODE, True, True, True, True)
     try:
         with context.eager_mode():
