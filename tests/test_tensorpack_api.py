@@ -156,8 +156,6 @@ def _subclass_of_hook():
 USES = [
     ("kerastrainer.tfutils.sesscreate.NewSessionCreator", lambda c: c(config=object()), "tf.config"),
     ("kerastrainer.tfutils.get_default_sess_config", lambda f: f(0.99), "set_memory_growth"),
-    ("kerastrainer.tfutils.varreplace.remap_variables", lambda f: f(lambda v: v), "layer_register"),
-    ("kerastrainer.tfutils.varreplace.freeze_variables", lambda f: f(stop_gradient=True), "trainable = False"),
     ("kerastrainer.callbacks.GraphProfiler", lambda c: c(dump_tracing=True), "tf.profiler"),
     ("kerastrainer.callbacks.hooks.HookToCallback", lambda c: _subclass_of_hook()(object()), "Callback"),
     ("kerastrainer.tfutils.optimizer.VariableAssignmentOptimizer", lambda c: c(object(), lambda v: v),

@@ -35,7 +35,8 @@ import tensorflow as tf
 
 from ..models.registry import current_layer_store
 from ..utils import logger
-from ..tfutils.tower import current_scope_name, warn_custom_getter_not_applied
+from ..tfutils.custom_getters import through_custom_getters
+from ..tfutils.tower import current_scope_name
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv2d_transpose", "conv3d_transpose", "separable_conv2d",
            "dense", "dropout", "flatten", "batch_normalization",
@@ -95,8 +96,9 @@ def _layer(base: str, name: Optional[str], reuse, factory: Callable[[str], keras
     scope = current_scope_name()
     short = name if name else _names().auto(scope, base)
     key = f"{scope}/{short}" if scope else short
-    warn_custom_getter_not_applied(key)
-    return current_layer_store().get_or_create(key, lambda: factory(key.replace("/", ".")))
+    store = current_layer_store()
+    # a custom getter of the variable scope sees every weight, as TF1's tf.layers went through get_variable
+    return through_custom_getters(store.get_or_create(key, lambda: factory(key.replace("/", "."))), key, store)
 
 
 def _call(layer, inputs, name: Optional[str], base: str, **kwargs):

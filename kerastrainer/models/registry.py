@@ -34,6 +34,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ..tfutils.custom_getters import through_custom_getters
 from ..tfutils.tower import current_layer_store, current_scope_name, layer_scope
 from ._shape_log import disable_layer_logging, log_layer_shapes_once
 from .arg_scope import get_arg_scope
@@ -57,7 +58,9 @@ def keras_layer(name: str, factory: Callable[[], object],
     and every trace gets the same object, so its variables are shared, saved by the
     layer store's checkpoint, and reported by ``named_variables()`` as
     ``'<scope>/<name>/<variable>'``. ``var_aliases`` renames variables there
-    (``{'kernel': 'W'}``).
+    (``{'kernel': 'W'}``). Inside a TF1 custom getter's scope (``remap_variables``,
+    ``variable_scope(custom_getter=...)``) it returns the layer bound to the getter: each call
+    reads the weights through it, as a registered layer's do.
 
     Example::
 
@@ -72,7 +75,9 @@ def keras_layer(name: str, factory: Callable[[], object],
         raise TypeError(f"keras_layer({name!r}, factory): factory must be a callable that returns "
                         f"a new Keras layer (e.g. lambda: keras.layers.Dense(10)), got "
                         f"{type(factory).__name__}.")
-    return current_layer_store().get_or_create(_scoped(name), factory, var_aliases)
+    store, key = current_layer_store(), _scoped(name)
+    # inside a TF1 custom getter's scope, its calls read the weights through the getter
+    return through_custom_getters(store.get_or_create(key, factory, var_aliases), key, store)
 
 
 get_keras_layer = keras_layer
@@ -88,8 +93,10 @@ def get_layer_here(factory: Callable[[str], object], var_aliases: Optional[Dict[
     if not key:
         raise RuntimeError("get_layer_here() must run inside a layer scope (a layer registered "
                            "with use_scope=True, or `with layer_scope(name):`).")
-    return current_layer_store().get_or_create(key, lambda: factory(key.replace("/", ".")),
-                                               var_aliases)
+    store = current_layer_store()
+    layer = store.get_or_create(key, lambda: factory(key.replace("/", ".")), var_aliases)
+    # inside a TF1 custom getter's scope, its calls read the weights through the getter
+    return through_custom_getters(layer, key, store)
 
 
 def _is_tensor_like(x) -> bool:

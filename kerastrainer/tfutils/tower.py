@@ -30,7 +30,6 @@ from typing import Callable, Iterator, List, Optional, Sequence, Union
 import tensorflow as tf
 
 from .._internals import keras_training_phase
-from ..utils import logger
 from .extensions import tower_contexts
 from .layer_store import LayerStore, get_default_layer_store
 from .tensors import get_op_tensor_name
@@ -128,23 +127,6 @@ def current_scope_name() -> str:
     if getattr(_naming, "by_variable_scope", False):
         return tf.compat.v1.get_variable_scope().name.strip("/")
     return current_name_scope()
-
-
-_getters_warned: set = set()
-
-
-def warn_custom_getter_not_applied(layer: str) -> None:
-    """A TF1 ``variable_scope(custom_getter=...)`` around a layer: its Keras weights do not pass
-    through the getter (``tfv1.get_variable`` does), so say it, once per getter, naming both."""
-    getter = tf.compat.v1.get_variable_scope().custom_getter
-    if getter is None or id(getter) in _getters_warned:
-        return
-    _getters_warned.add(id(getter))
-    logger.warning("The custom getter %s of the variable scope around layer '%s' is NOT applied to the layer's "
-                   "weights: kerastrainer's layers and tf.layers keep Keras 3 weights, which TF1 custom getters "
-                   "do not see (tfv1.get_variable inside the scope does use it). A getter that transforms weights "
-                   "(quantization) needs the transform in the layer's code instead.",
-                   getattr(getter, "__qualname__", repr(getter)), layer)
 
 
 def current_name_scope() -> str:
@@ -317,8 +299,6 @@ def layer_scope(name: str) -> Iterator[str]:
     full = f"{outer}/{name}" if outer else name
     by_variable_scope = getattr(_naming, "by_variable_scope", False)
     variable_scope = current_scope_name() if by_variable_scope else ""
-    if by_variable_scope:
-        warn_custom_getter_not_applied(f"{variable_scope}/{name}" if variable_scope else name)
     with tf.name_scope(full + "/"):
         if by_variable_scope:   # the caller enters the variable scope of `name` next
             yield f"{variable_scope}/{name}" if variable_scope else name
