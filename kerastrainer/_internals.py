@@ -27,8 +27,8 @@ from typing import Callable, List, Optional
 __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_versions", "installed_versions",
            # Keras
            "keras_training_phase", "with_keras_random_state", "unscale_loss_for_distribution",
-           "keras_compile_loss", "keras_compile_metric", "keras_losses_per_replica", "tf_variable_of",
-           "set_tf_variable_of",
+           "keras_compile_loss", "keras_compile_metric", "keras_losses_per_replica", "keras_losses_scaled_by",
+           "tf_variable_of", "set_tf_variable_of",
            "rekey_optimizer_variables", "optimizer_trainable_variables", "optimizer_slot_lists",
            "optimizer_variable_index", "rmsprop_velocities", "install_batchnorm_moments",
            "require_batchnorm_moments", "batchnorm_reduction_axes", "clear_model_losses",
@@ -202,38 +202,70 @@ _per_replica_patch = {"done": False}
 _per_replica_lock = threading.Lock()
 
 
-@contextmanager
-def keras_losses_per_replica():
-    """In this context, in this thread, a Keras loss (``Loss.__call__``, in a layer's ``add_loss``)
-    is not divided by the number of replicas: kerastrainer averages the replicas itself.
+def _is_one(factor) -> bool:
+    return isinstance(factor, (int, float)) and factor == 1
 
-    Keras divides a mean loss by the replicas inside ``keras.src.losses.loss`` with no switch; its
-    module function is wrapped once (a thread-local flag: replicas trace in threads of their own).
-    Raises :class:`InternalsError` when the function moved (an ``add_loss`` loss would be off by the
-    number of replicas)."""
+
+def _patch_keras_replica_scaling() -> None:
+    """Wrap Keras's ``scale_loss_for_distribution`` / ``unscale_loss_for_distribution`` once: in a
+    thread with a factor set (:func:`keras_losses_scaled_by`) they multiply / divide by it instead of
+    dividing / multiplying by the number of replicas (replicas trace in threads of their own)."""
     _keras()
-    if not _per_replica_patch["done"]:
-        with _per_replica_lock:
-            if not _per_replica_patch["done"]:
-                try:
-                    from keras.src.losses import loss as loss_module
-                    original = loss_module.scale_loss_for_distribution
-                except (ImportError, AttributeError) as e:
-                    raise _missing("keras.src.losses.loss.scale_loss_for_distribution",
-                                   "an add_loss loss of a Keras Loss would be divided by the number of replicas",
-                                   e) from e
+    if _per_replica_patch["done"]:
+        return
+    with _per_replica_lock:
+        if _per_replica_patch["done"]:
+            return
+        try:
+            from keras.src.losses import loss as loss_module
+            scale_original = loss_module.scale_loss_for_distribution
+            unscale_original = loss_module.unscale_loss_for_distribution
+        except (ImportError, AttributeError) as e:
+            raise _missing("keras.src.losses.loss.scale_loss_for_distribution",
+                           "a Keras loss would be divided by the number of replicas whatever each replica's "
+                           "share of the batch", e) from e
 
-                def scale(value):
-                    return value if getattr(_per_replica, "on", False) else original(value)
-                scale._kerastrainer_original = original
-                loss_module.scale_loss_for_distribution = scale
-                _per_replica_patch["done"] = True
-    before = getattr(_per_replica, "on", False)
-    _per_replica.on = True
+        def scale(value):
+            factor = getattr(_per_replica, "factor", None)
+            if factor is None:
+                return scale_original(value)
+            return value if _is_one(factor) else value * _tf().cast(factor, value.dtype)
+
+        def unscale(value):
+            factor = getattr(_per_replica, "factor", None)
+            if factor is None:
+                return unscale_original(value)
+            tf = _tf()
+            return value if _is_one(factor) else tf.math.divide_no_nan(value, tf.cast(factor, value.dtype))
+        scale._kerastrainer_original = scale_original
+        unscale._kerastrainer_original = unscale_original
+        loss_module.scale_loss_for_distribution = scale
+        loss_module.unscale_loss_for_distribution = unscale
+        _per_replica_patch["done"] = True
+
+
+@contextmanager
+def keras_losses_scaled_by(factor):
+    """In this context, in this thread, Keras scales a mean loss by ``factor`` (a number or a scalar
+    tensor: the replica's share of the global batch) where it would divide it by the number of
+    replicas, and its loss trackers divide by ``factor`` where they would multiply.
+
+    Keras divides a mean loss by the replicas inside ``keras.src.losses.loss`` with no switch; with a
+    replica's share instead, replicas of an unevenly split batch (47 and 46 samples of 93) sum to the
+    whole batch's mean loss and gradient. Raises :class:`InternalsError` when the functions moved."""
+    _patch_keras_replica_scaling()
+    before = getattr(_per_replica, "factor", None)
+    _per_replica.factor = factor
     try:
         yield
     finally:
-        _per_replica.on = before
+        _per_replica.factor = before
+
+
+def keras_losses_per_replica():
+    """In this context, in this thread, a Keras loss (``Loss.__call__``, in a layer's ``add_loss``)
+    is not divided by the number of replicas: kerastrainer averages the replicas itself."""
+    return keras_losses_scaled_by(1)
 
 
 # identifiers whose meaning compile picks from the shapes; keras.losses/metrics.get would differ
@@ -747,3 +779,34 @@ def give_tf1_op_name(var, graph, name: Callable[[], str]):
     var.__class__ = sub
     var.__dict__["_kerastrainer_tf1_op"] = _TF1VariableOp(name, graph)
     return var
+
+
+class _KerasOptimizerTF1Methods:
+    """Patch, for a block: ``minimize`` and ``apply_gradients`` on the Keras optimizer class, so that
+    a custom trainer's TF1 graph code (``opt.minimize(loss, var_list=..., name=...)``) can use a Keras 3
+    optimizer it made itself (no hook of Keras lets another object answer for it). Restored when the
+    block ends; ``original_apply_gradients`` is Keras's own, found through the MRO."""
+
+    _MISSING = object()
+
+    def __init__(self):
+        self.original_apply_gradients = None
+
+    @contextmanager
+    def __call__(self, cls, minimize: Callable, apply_gradients: Callable):
+        saved = {n: cls.__dict__.get(n, self._MISSING) for n in ("minimize", "apply_gradients")}
+        if self.original_apply_gradients is None:
+            self.original_apply_gradients = next(k.__dict__["apply_gradients"] for k in cls.__mro__
+                                                 if "apply_gradients" in k.__dict__)
+        cls.minimize, cls.apply_gradients = minimize, apply_gradients
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is self._MISSING:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, value)
+
+
+keras_optimizer_tf1_methods = _KerasOptimizerTF1Methods()

@@ -344,9 +344,45 @@ def test_what_cannot_be_honoured_is_an_error():
     km = KerasModel(_dense_model(CustomModel1))
     with pytest.raises(RuntimeError, match=r"runs its own train_step: call KerasModel.compile"):
         km.fit(input=(x, y), epochs=1, **_quiet())
-    km.compile(optimizer="adam", loss="mse")
-    with pytest.raises(NotImplementedError, match=r"validation_data=.*runs its own train_step.*evaluate"):
-        km.fit(input=(x, y), validation_data=(x, y), epochs=1, **_quiet())
+
+
+@pytest.mark.parametrize("freq", [1, 2])
+def test_validation_data_runs_the_models_test_step_as_fit(freq):
+    x, y = _xy(96)
+    xv, yv = _xy(40)
+    ref = _dense_model(CustomModel1)
+    ref.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    expected = ref.fit(x, y, epochs=2, batch_size=32, shuffle=False, validation_data=(xv, yv),
+                       validation_batch_size=16, validation_freq=freq, verbose=0)
+    model = _dense_model(CustomModel1)
+    km = KerasModel(model)
+    km.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    seen = []
+    probe = keras.callbacks.LambdaCallback(on_epoch_end=lambda e, logs: seen.append(sorted(logs)))
+    got = km.fit(x, y, epochs=2, batch_size=32, shuffle=False, validation_data=(xv, yv), validation_batch_size=16,
+                 validation_freq=freq, callbacks=[probe], extra_callbacks=[], monitors=[])
+    assert "val_loss" in expected.history and "val_mae" in expected.history
+    _same_history(got, expected)
+    assert ("val_loss" in seen[-1]) and (("val_loss" in seen[0]) == (freq == 1))
+    # after fit the model is plain Keras again: its own evaluate reads the trained weights
+    np.testing.assert_allclose(km.evaluate((xv, yv), return_dict=True)["loss"],
+                               ref.evaluate(xv, yv, verbose=0, return_dict=True)["loss"], rtol=1e-5)
+
+
+def test_an_uneven_split_over_two_replicas_trains_and_logs_as_one_device():
+    # batches of 7 split 4 + 3 (the last, of 5: 3 + 2): each replica's Keras loss is scaled by its
+    # share of the batch, so the weights and every logged mean are one device's
+    x, y = _xy(40)
+    ref = _dense_model(HalfLoss)
+    ref.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
+    expected = ref.fit(x, y, epochs=2, batch_size=7, shuffle=False, verbose=0)
+    model = _dense_model(HalfLoss)
+    km = KerasModel(model, trainer=SyncMultiGPUTrainerReplicated(cpus(2)))
+    km.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
+    got = km.fit(x, y, epochs=2, batch_size=7, shuffle=False, **_quiet())
+    _same_history(got, expected)
+    for a, b in zip(model.weights, ref.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
 
 
 class HalfLoss(keras.Model):

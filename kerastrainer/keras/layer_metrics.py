@@ -24,7 +24,7 @@ import numpy as np
 
 from ..callbacks.base import Callback
 
-__all__ = ["layer_metrics", "layer_metric_variables", "LayerMetricLogs"]
+__all__ = ["layer_metrics", "layer_metric_variables", "LayerMetricLogs", "ModelMetricLogs"]
 
 
 def layer_metrics(model: keras.Model) -> List[keras.metrics.Metric]:
@@ -56,7 +56,7 @@ def _results(metric) -> Dict[str, float]:
 
 class LayerMetricLogs(Callback):
     """Reset the layers' metrics at each epoch's start; their results at its end (see the module doc).
-    Runs on every worker (each reads its own replicas' states)."""
+    Runs on every worker (a metric's variables sum every replica's and worker's part when read)."""
 
     _chief_only = False
 
@@ -73,8 +73,39 @@ class LayerMetricLogs(Callback):
             m.reset_state()
         self._logs = {}
 
-    def _trigger_epoch(self):
+    def _read(self) -> Dict[str, float]:
         logs: Dict[str, float] = {}
         for m in self.metrics:
             logs.update(_results(m))
-        self._logs = logs
+        return logs
+
+    def _trigger_epoch(self):
+        self._logs = self._read()
+
+
+class ModelMetricLogs(LayerMetricLogs):
+    """The epoch's logs of a model that runs its own ``train_step``, as ``keras.Model.fit`` makes
+    them: every metric of ``model.metrics`` is reset at the epoch's start, and at its end their
+    results, read across every replica and worker, are the epoch's logs when they name what the
+    step returns; otherwise (a step returning other values) the last step's values stay.
+
+    Example (what ``KerasModel.fit`` does for a model with its own step)::
+
+        reader = ModelMetricLogs(model)
+        KerasCallback(history, model, extra_logs=reader.logs)
+    """
+
+    def __init__(self, model: keras.Model):
+        super().__init__([])
+        self.model = model
+
+    def _before_epoch(self):
+        # the step's first trace makes compile's metrics: read the list each epoch
+        self.metrics = list(self.model.metrics)
+        super()._before_epoch()
+
+    def _trigger_epoch(self):
+        self.metrics = list(self.model.metrics)
+        logs = self._read()
+        step = {k for k in (self.trainer.last_step_outputs or {}) if not k.startswith("_")}
+        self._logs = logs if set(logs) == step else {}

@@ -79,9 +79,10 @@ from .evaluation import KerasEvaluation, _flattener
 from .fit_arguments import (_KERAS_EPOCHS, _check_validation, _check_verbose, _checked_compile_kwargs,  # noqa: F401
                             _compile_keras_model, _default_callbacks, _default_monitors, _every_validation_epoch,
                             _shard, _starting_epoch, _worker_rank_size)
-from .layer_metrics import LayerMetricLogs, layer_metric_variables, layer_metrics
+from .layer_metrics import LayerMetricLogs, ModelMetricLogs, layer_metric_variables, layer_metrics
 from .objectives import Objectives
-from .own_step import KerasOwnStepDesc, ResetKerasMetrics, model_optimizers, overridden, runs_own_step
+from .own_step import KerasOwnStepDesc, model_optimizers, overridden, runs_own_step
+from .own_validation import OwnStepValidation
 from .structure import KerasSignatureError, ModelIO, _is_weighted_point, as_spec_list
 from .variables import place_off_strategy, rekey_optimizer, unique_variables
 
@@ -509,10 +510,8 @@ class KerasModel(KerasEvaluation):
         data = as_keras_data(data_arg, batch_size=batch_size, shuffle=shuffle, arrays_as_dataset=True)
         run["worker"] = worker
         if runs_own_step(self.model):
-            if validation_freq != 1:
-                raise NotImplementedError("fit(validation_freq=...) for a model that runs its own train_step.")
-            run.pop("validation_freq")
-            return self._fit_own_step(trainer, data, validation_data, **run)
+            return self._fit_own_step(trainer, data, validation_data, validation_batch_size or batch_size,
+                                      validation_steps, **run)
         val = None
         if validation_data is not None:
             val = as_keras_data(validation_data, batch_size=validation_batch_size or batch_size, shuffle=False)
@@ -531,7 +530,7 @@ class KerasModel(KerasEvaluation):
             val_flow = val.flat_dataflow(flatten, with_share=True)
             if validation_steps is not None:
                 val_flow = _FirstBatches(val_flow, validation_steps)
-        return self._launch(trainer, desc, source, val_flow, **run)
+        return self._launch(trainer, desc, source, _validation_runner(desc, val_flow), **run)
 
     def _read_positional(self, x, y, input_kw, validation_data):  # noqa: A002
         """``(training data, validation data)`` from fit's first arguments (see :meth:`fit`)."""
@@ -608,18 +607,24 @@ class KerasModel(KerasEvaluation):
                 return io.with_sample_weights(first[2])
         return io
 
-    def _fit_own_step(self, trainer, data: KerasData, validation_data, worker=(0, 1),
-                      **run) -> keras.callbacks.History:
-        """A model that runs its own ``train_step`` (see :mod:`.own_step`)."""
+    def _fit_own_step(self, trainer, data: KerasData, validation_data, val_batch_size, validation_steps,
+                      worker=(0, 1), **run) -> keras.callbacks.History:
+        """A model that runs its own ``train_step`` (see :mod:`.own_step`); its ``test_step`` validates
+        (:mod:`.own_validation`)."""
         model = self.model
         if not self._own_step_compiled:
             raise RuntimeError(f"{type(model).__name__} runs its own train_step: call KerasModel.compile(...) (its "
                                "arguments go to the model's own compile) before fit.")
+        validation = None
         if validation_data is not None:
-            raise NotImplementedError(
-                f"KerasModel.fit(validation_data=...) for {type(model).__name__}, which runs its own train_step, "
-                "is not supported: validation would have to run its test_step inside the trainer. Call "
-                "KerasModel.evaluate(data) after fit (it runs the model's own evaluate).")
+            if worker[1] > 1 or _worker_rank_size(trainer)[1] > 1:
+                raise NotImplementedError(
+                    f"KerasModel.fit(validation_data=...) for {type(model).__name__}, which runs its own "
+                    "train_step, on several workers is not supported: its test_step's metrics would be read "
+                    "across the workers at every batch. Validate with KerasModel.evaluate(data) after fit, or "
+                    "on one worker.")
+            validation = OwnStepValidation(model, self._evaluate_with_keras, validation_data, val_batch_size,
+                                           validation_steps)
         # (an unbuilt model builds in the trainer's first trace of its step, on the trainer's strategy)
         desc = KerasOwnStepDesc(model, data.step_first)
         source, steps = data.make_input(desc.flatten, self._replicas(trainer), worker)
@@ -630,8 +635,7 @@ class KerasModel(KerasEvaluation):
             run["steps_per_epoch"] = steps
         source = staged_on_gpus(source)
         self._own_desc = desc
-        run["callbacks"] = [ResetKerasMetrics(model)] + list(run["callbacks"] or [])
-        return self._launch(trainer, desc, source, None, **run)
+        return self._launch(trainer, desc, source, validation, **run)
 
     def _fit_input_source(self, source: InputSource, trainer, validation_data, val_batch_size,
                           validation_steps=None, **run):
@@ -648,11 +652,12 @@ class KerasModel(KerasEvaluation):
             if validation_steps is not None:
                 val_flow = _FirstBatches(val_flow, validation_steps)
         # steps_per_epoch None: TrainConfig takes the InputSource's size per tower
-        return self._launch(trainer, desc, source, val_flow, **run)
+        return self._launch(trainer, desc, source, _validation_runner(desc, val_flow), **run)
 
-    def _launch(self, trainer, desc, source, val_flow, steps_per_epoch, max_epoch, callbacks, session_init,
+    def _launch(self, trainer, desc, source, validation, steps_per_epoch, max_epoch, callbacks, session_init,
                 starting_epoch, extra_callbacks, monitors, verbose: int = 0,
                 validation_freq=1) -> keras.callbacks.History:
+        """Train ``desc`` on ``source``; ``validation`` is the callback validating at an epoch's end."""
         replicas = self._replicas(trainer) * _worker_rank_size(trainer)[1]
         metrics = [n for ms in self._objectives.metrics.values() for n, _ in ms] if self._objectives else []
         if replicas > 1 and metrics:  # the monitors' step values are the main tower's; History's are not
@@ -662,23 +667,27 @@ class KerasModel(KerasEvaluation):
         cbs: List = []
         history = keras.callbacks.History()
         user = wrap_keras_callbacks(callbacks, self.model, verbose=verbose)
-        owned = layer_metrics(self.model) if isinstance(desc, KerasModelDesc) else []
+        # the epoch's metrics read before validation resets or runs them, as fit reads them: a model's
+        # own step's (every replica's and worker's), or the metrics of keras-io's endpoint layers
+        reader = None
+        if not isinstance(desc, KerasModelDesc):
+            reader = ModelMetricLogs(self.model)
+        elif layer_metrics(self.model):
+            reader = LayerMetricLogs(layer_metrics(self.model))
+            if validation is not None:
+                logger.info("KerasModel.fit: the metrics %s of the model's layers are reported for training only "
+                            "(no val_ values).", [m.name for m in reader.metrics])
         extra_logs = None
-        if owned:   # keras-io's endpoint layers: read before validation, as fit reads them
-            reader = LayerMetricLogs(owned)
+        if reader is not None:
             cbs.append(reader)
             extra_logs = reader.logs
             for c in user:
                 if isinstance(c, KerasCallback):
                     c.extra_logs = extra_logs
-            if val_flow is not None:
-                logger.info("KerasModel.fit: the metrics %s of the model's layers are reported for training only "
-                            "(no val_ values).", [m.name for m in owned])
-        if val_flow is not None:
+        if validation is not None:
             # Keras's on_test_begin / on_test_end around the validation (SwapEMAWeights validates the EMA)
             cbs += [_every_validation_epoch(KerasTestHooks(user, "begin"), validation_freq),
-                    _every_validation_epoch(InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val")),
-                                            validation_freq),
+                    _every_validation_epoch(validation, validation_freq),
                     _every_validation_epoch(KerasTestHooks(user, "end"), validation_freq)]
         if SHARE_SPEC.name in desc.input_names and self._io is not None:
             _share_for_runners(user, _flattener(getattr(desc, "io", None) or self._io))
@@ -728,6 +737,15 @@ class KerasModel(KerasEvaluation):
         if place_off_strategy(unique_variables(list(self.model.variables) + state)):
             for opt in self._trained_optimizers():
                 rekey_optimizer(opt)
+            # functions Keras traced on the trainer's variables (a validation's test function)
+            for attr in ("train_function", "test_function", "predict_function"):
+                if getattr(self.model, attr, None) is not None:
+                    setattr(self.model, attr, None)
+
+
+def _validation_runner(desc: KerasModelDesc, val_flow) -> Optional[InferenceRunner]:
+    """The runner of ``val_flow`` through the desc's inference tower (``val_<statistic>``)."""
+    return None if val_flow is None else InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val"))
 
 
 def _share_for_runners(callbacks: Sequence, flatten: Callable) -> None:

@@ -8,8 +8,8 @@ over as :class:`KerasOwnStepDesc`, a ModelDesc whose tower is one call of the mo
 steps per call, every replica), applies no update of its own (the step's optimizers do, as in
 ``keras.Model.fit``: each optimizer sums the replicas' gradients, and Keras's ``compute_loss``
 divides the loss by the number of replicas), reports the dict the step returns, saves every
-optimizer the model holds (``optimizer/<attribute>/...``), and resets the model's metrics at the
-start of each epoch, as ``fit`` does. Data reach ``train_step`` in the structure the data have
+optimizer the model holds (``optimizer/<attribute>/...``); ``ModelMetricLogs`` resets the model's
+metrics at the start of each epoch and reads them at its end, as ``fit`` does. Data reach ``train_step`` in the structure the data have
 (``(x, y)``, ``(x, y, sample_weight)``; for ``fit(x)`` without ``y``, ``x`` itself where Keras hands
 over ``x``: an array or a dict, not ``(x,)``), each replica its part of the global batch.
 
@@ -30,7 +30,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ..callbacks.base import Callback
+from .._internals import keras_losses_scaled_by
 from ..tfutils.objective import OwnUpdates
 from ..tfutils.tower_func import ModelVariables
 from ..train.model_desc import ModelDesc
@@ -38,8 +38,7 @@ from ..utils import logger
 from .data import SHARE_SPEC, SpecSample
 from .variables import place_on_strategy, rekey_optimizer, unique_variables
 
-__all__ = ["OWN_STEP_METHODS", "runs_own_step", "overridden", "KerasOwnStepDesc", "ResetKerasMetrics",
-           "model_optimizers"]
+__all__ = ["OWN_STEP_METHODS", "runs_own_step", "overridden", "KerasOwnStepDesc", "model_optimizers"]
 
 # keras.Model methods whose override changes what a training step computes
 OWN_STEP_METHODS = ("train_step", "compute_loss", "compute_metrics")
@@ -129,14 +128,15 @@ class KerasOwnStepDesc(ModelDesc):
 
     def build_graph(self, *tensors):
         data = tf.nest.pack_sequence_as(self._structure, list(tensors[:len(self._specs)]))
+        share = tensors[len(self._specs)]
         strategy = tf.distribute.get_strategy()
         if tf.distribute.in_cross_replica_context() and strategy.num_replicas_in_sync > 1:
             # the trainer's first trace (it makes the variables) runs in cross-replica context, where
             # a step's updates of mirrored variables cannot be written: trace the step in a replica
-            logs = strategy.run(self._keras_model.train_step, args=(data,))
+            logs = strategy.run(self._replica_step, args=(data, share))
             logs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], logs)
         else:
-            logs = self._keras_model.train_step(data)
+            logs = self._replica_step(data, share)
         if not isinstance(logs, dict):
             raise TypeError(f"{type(self._keras_model).__name__}.train_step returned a {type(logs).__name__}; "
                             "Keras's contract is a dict of metric names to values.")
@@ -154,6 +154,14 @@ class KerasOwnStepDesc(ModelDesc):
             raise ValueError(f"{type(self._keras_model).__name__}.train_step returned no scalar to report "
                              f"({sorted(logs)}).")
         return stats
+
+    def _replica_step(self, data, share):
+        # Keras divides a mean loss by the number of replicas R; by R / share instead (share: the
+        # replica's part of the global batch times R over its size, 1 for an even split), replicas
+        # of an unevenly split batch (47 and 46 samples of 93) sum to the whole batch's gradient
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        with keras_losses_scaled_by(share / replicas if replicas > 1 else 1):
+            return self._keras_model.train_step(data)
 
     def optimizer(self):
         return OwnUpdates(self.get_keras_optimizers())
@@ -197,16 +205,3 @@ class KerasOwnStepDesc(ModelDesc):
         model = self._keras_model
         return unique_variables([v for o in model_optimizers(model).values() for v in getattr(o, "variables", [])]
                                 + list(getattr(model, "metrics_variables", [])))
-
-
-class ResetKerasMetrics(Callback):
-    """Reset the model's metrics at the start of each epoch, as ``keras.Model.fit`` does (a step's
-    ``m.result()`` is then the epoch's running mean)."""
-
-    _chief_only = False
-
-    def __init__(self, model: keras.Model):
-        self.model = model
-
-    def _before_epoch(self):
-        self.model.reset_metrics()
