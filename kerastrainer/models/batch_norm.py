@@ -6,7 +6,9 @@ Training or not follows the tower: ``training=None`` means the tower context's
 ``is_training`` (False outside any tower). In training, the layer normalizes with
 the batch statistics and updates the moving averages (``moving = moving * momentum
 + batch * (1 - momentum)``) as variable assignments inside the call, so nothing
-needs to run "after the step", in eager mode or inside ``tf.function``.
+needs to run "after the step", in eager mode or inside ``tf.function``. As in tensorpack (TF's
+fused kernel), a 4-D input's moving variance follows the unbiased batch variance (n / (n - 1));
+a 2-D input's and a synchronised one's, the batch variance.
 
 Several replicas (``tf.distribute``): the moving averages are mirrored variables
 whose updates come from the first replica only (tensorpack's "main tower" rule), so
@@ -55,12 +57,37 @@ class TowerBatchNormalization(keras.layers.BatchNormalization):
         y = bn(x, training=True)
     """
 
-    def __init__(self, *args, horovod_sync: bool = False, **kwargs):
+    def __init__(self, *args, horovod_sync: bool = False, unbiased_moving_variance: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.horovod_sync = bool(horovod_sync)
+        self.unbiased_moving_variance = bool(unbiased_moving_variance)
         if self.horovod_sync:
             require_batchnorm_moments()
             _import_horovod()
+
+    def call(self, inputs, training=None, mask=None, update_moving: bool = True):
+        """``update_moving=False``: normalise with the batch statistics (``training=True``) and leave
+        the moving ones as they are (tensorpack's ``ema_update='skip'``, and its inference towers)."""
+        if not (training and self.trainable):
+            return super().call(inputs, training=training, mask=mask)
+        if not update_moving:
+            kept = [tf.identity(self.moving_mean), tf.identity(self.moving_variance)]
+            outputs = super().call(inputs, training=training, mask=mask)
+            self.moving_mean.assign(kept[0])
+            self.moving_variance.assign(kept[1])
+            return outputs
+        if not self.unbiased_moving_variance:
+            return super().call(inputs, training=training, mask=mask)
+        old = tf.identity(self.moving_variance)
+        outputs = super().call(inputs, training=training, mask=mask)
+        # Keras moved the average towards the batch variance (divided by n); TF's fused batch-norm
+        # kernel, which tensorpack's and tf.layers' BatchNorm run on 4-D inputs, towards the
+        # unbiased one (divided by n - 1): add the difference, (1 - momentum) * var / (n - 1).
+        x = tf.convert_to_tensor(inputs)
+        n = tf.cast(tf.size(x), tf.float32) / float(x.shape[self.axis])
+        moved = tf.cast(self.moving_variance, tf.float32) - tf.cast(old, tf.float32) * self.momentum
+        self.moving_variance.assign_add(tf.cast(moved / tf.maximum(n - 1.0, 1.0), self.moving_variance.dtype))
+        return outputs
 
     def add_weight(self, *args, **kwargs):
         if str(kwargs.get("name", "")).startswith("moving_"):
@@ -85,7 +112,8 @@ class TowerBatchNormalization(keras.layers.BatchNormalization):
         return tf.cast(mean, inputs.dtype), tf.cast(var, inputs.dtype)
 
     def get_config(self):
-        return {**super().get_config(), "horovod_sync": self.horovod_sync}
+        return {**super().get_config(), "horovod_sync": self.horovod_sync,
+                "unbiased_moving_variance": self.unbiased_moving_variance}
 
 
 install_batchnorm_moments(TowerBatchNormalization, TowerBatchNormalization.synced_moments)
@@ -129,9 +157,10 @@ def BatchNorm(inputs, axis: Optional[int] = None, training: Optional[bool] = Non
             tower context (tensorpack's behaviour).
         sync_statistics: None, ``'nccl'`` / ``'replica'`` (all-reduce across
             ``tf.distribute`` replicas) or ``'horovod'``.
-        ema_update: tensorpack's ``'default'``, ``'collection'`` and ``'internal'`` are one
-            behaviour here: the moving statistics are updated inside the call (main tower).
-            ``'skip'`` (train without updating them) is an error.
+        ema_update: with batch statistics (``training`` true), how the moving ones follow:
+            ``'default'`` / ``'collection'``: updated inside the call in a training tower (its main
+            one), never in an inference tower (tensorpack freezes ``UPDATE_OPS`` there);
+            ``'internal'``: updated inside the call in any tower; ``'skip'``: never updated.
 
     tensorpack's names ``decay``, ``use_scale``, ``use_bias``, ``gamma_init`` work too.
 
@@ -145,19 +174,23 @@ def BatchNorm(inputs, axis: Optional[int] = None, training: Optional[bool] = Non
     if axis is None:
         axis = C.channel_axis(fmt, ndim)
     sync = _sync_mode(sync_statistics)
-    if ema_update not in ("default", "collection", "internal"):
-        raise ValueError(f"BatchNorm(ema_update={ema_update!r}): kerastrainer updates the moving statistics "
-                         "inside the call ('default', 'collection' and 'internal' all mean that); 'skip' is "
-                         "not supported: share the layer's statistics on purpose with training=False instead.")
+    if ema_update not in ("default", "collection", "internal", "skip"):
+        raise ValueError(f"BatchNorm(ema_update={ema_update!r}): use 'default' (= 'collection'), 'internal' "
+                         "or 'skip'.")
+    ctx = get_current_tower_context()
     if training is None:
-        ctx = get_current_tower_context()
         training = bool(ctx.is_training) if ctx is not None else False
+    # an inference tower with batch statistics leaves the moving ones alone unless told 'internal'
+    update_moving = ema_update == "internal" or (
+        ema_update != "skip" and not (ctx is not None and not ctx.is_training))
     layer = get_layer_here(lambda kname: TowerBatchNormalization(
         axis=int(axis), momentum=float(momentum), epsilon=float(epsilon), center=center, scale=scale,
         beta_initializer=C.initializer(beta_initializer, "zeros"),
         gamma_initializer=C.initializer(gamma_initializer, "ones"),
-        synchronized=sync in _SYNC_REPLICA, horovod_sync=sync == "horovod", name=kname), _BN_ALIASES)
-    return C.output(layer(x, training=bool(training)))
+        synchronized=sync in _SYNC_REPLICA, horovod_sync=sync == "horovod",
+        # tensorpack's 4-D, unsynchronised BatchNorm is TF's fused kernel: unbiased moving variance
+        unbiased_moving_variance=ndim == 4 and sync is None, name=kname), _BN_ALIASES)
+    return C.output(layer(x, training=bool(training), update_moving=update_moving))
 
 
 @layer_register(log_shape=False, use_scope=None)
@@ -174,10 +207,13 @@ def BNReLU(x, name: Optional[str] = None):
 
 class BatchRenormalization(keras.layers.Layer):
     """Batch renormalization (Ioffe 2017) as a Keras 3 layer (Keras 3's BatchNormalization has
-    no ``renorm``). Training normalizes with the batch statistics corrected by
+    no ``renorm``), with TF1's ``tf.layers`` maths, which tensorpack's ``BatchRenorm`` runs.
+    Training normalizes with the batch statistics corrected by
     ``r = clip(sigma_B / sigma, 1/rmax, rmax)`` and ``d = clip((mu_B - mu) / sigma, -dmax, dmax)``
-    (no gradient through r, d), where ``mu``, ``sigma`` are moving averages with
-    ``renorm_momentum``; inference uses ``moving_mean`` / ``moving_variance`` (``momentum``).
+    (no gradient through r, d; ``sigma`` at least ``sqrt(epsilon)``), where ``mu``, ``sigma`` are
+    ``renorm_mean`` / ``renorm_stddev``, averaged with ``renorm_momentum``. Inference uses
+    ``moving_mean`` and ``moving_variance``; as in TF1 the layer averages ``moving_stddev``
+    (of ``sqrt(var + epsilon)``, with ``momentum``) and derives the variance from it.
 
     Example::
 
@@ -203,6 +239,7 @@ class BatchRenormalization(keras.layers.Layer):
         stat = dict(shape=shape, trainable=False)
         self.moving_mean = self.add_weight(name="moving_mean", initializer="zeros", **stat)
         self.moving_variance = self.add_weight(name="moving_variance", initializer="ones", **stat)
+        self.moving_stddev = self.add_weight(name="moving_stddev", initializer="ones", **stat)
         self.renorm_mean = self.add_weight(name="renorm_mean", initializer="zeros", **stat)
         self.renorm_stddev = self.add_weight(name="renorm_stddev", initializer="ones", **stat)
 
@@ -219,15 +256,16 @@ class BatchRenormalization(keras.layers.Layer):
             mean, var = tf.nn.moments(x, axes)
             std = tf.sqrt(var + self.epsilon)
             r_mean = tf.cast(self.renorm_mean, mean.dtype)
-            r_std = tf.cast(self.renorm_stddev, std.dtype)
+            r_std = tf.maximum(tf.cast(self.renorm_stddev, std.dtype), self.epsilon ** 0.5)
             r = tf.stop_gradient(tf.clip_by_value(std / r_std, 1.0 / self.rmax, self.rmax))
             d = tf.stop_gradient(tf.clip_by_value((mean - r_mean) / r_std, -self.dmax, self.dmax))
             xhat = (x - b(mean)) / b(std) * b(r) + b(d)
             for var_, value, m in ((self.renorm_mean, mean, self.renorm_momentum),
                                    (self.renorm_stddev, std, self.renorm_momentum),
                                    (self.moving_mean, mean, self.momentum),
-                                   (self.moving_variance, var, self.momentum)):
+                                   (self.moving_stddev, std, self.momentum)):
                 var_.assign(var_ * m + tf.cast(value, var_.dtype) * (1 - m))
+            self.moving_variance.assign(tf.nn.relu(tf.square(self.moving_stddev) - self.epsilon))
         else:
             xhat = (x - b(self.moving_mean)) / tf.sqrt(b(self.moving_variance) + self.epsilon)
         if self.gamma is not None:
@@ -243,8 +281,9 @@ def BatchRenorm(x, rmax: float, dmax: float, momentum: float = 0.9, epsilon: flo
                 data_format: str = "channels_last"):
     """tensorpack's Batch Renormalization layer (``renorm_momentum`` 0.99, as tensorpack's).
 
-    Variables: ``gamma``, ``beta``, ``mean/EMA``, ``variance/EMA`` (and the renorm averages).
-    Training follows the tower context.
+    Variables (tensorpack's names, which are TF1's): ``gamma``, ``beta``, ``moving_mean``,
+    ``moving_variance``, ``moving_stddev``, ``renorm_mean``, ``renorm_stddev``. Training follows the
+    tower context.
 
     Example::
 
@@ -258,5 +297,5 @@ def BatchRenorm(x, rmax: float, dmax: float, momentum: float = 0.9, epsilon: flo
     training = bool(ctx.is_training) if ctx is not None else False
     layer = get_layer_here(lambda kname: BatchRenormalization(
         axis=axis, momentum=momentum, epsilon=epsilon, rmax=rmax, dmax=dmax, center=center, scale=scale,
-        gamma_initializer=C.initializer(gamma_initializer, "ones"), name=kname), _BN_ALIASES)
+        gamma_initializer=C.initializer(gamma_initializer, "ones"), name=kname))
     return C.output(layer(x, training=training))
