@@ -11,7 +11,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -94,19 +94,24 @@ def LayerNorm(x, epsilon: float = 1e-5, center: bool = True, scale: bool = True,
 
 @layer_register(log_shape=False)
 @legacy_names(gamma_init="gamma_initializer")
-def InstanceNorm(x, epsilon: float = 1e-5, use_affine: bool = True, gamma_initializer=None,
-                 data_format: str = "channels_last"):
+def InstanceNorm(x, epsilon: float = 1e-5, center: bool = True, scale: bool = True, gamma_initializer=None,
+                 data_format: str = "channels_last", use_affine: Optional[bool] = None):
     """Instance normalization: each sample and channel over the spatial axes.
+
+    ``center`` / ``scale`` learn ``beta`` / ``gamma`` (tensorpack 0.11); the older ``use_affine``
+    sets both.
 
     Example::
 
-        y = InstanceNorm('in', x)
+        y = InstanceNorm('in', x, scale=False)
     """
+    if use_affine is not None:
+        center = scale = bool(use_affine)
     x = tf.convert_to_tensor(x)
     ndim = C.static_rank(x, "InstanceNorm")
     if ndim < 3:
         raise ValueError(f"InstanceNorm needs an input with spatial axes, got shape {x.shape}.")
     fmt = C.data_format(data_format, "InstanceNorm")
     spatial = range(2, ndim) if fmt == "channels_first" else range(1, ndim - 1)
-    return _norm("InstanceNorm", x, spatial, C.channel_axis(fmt, ndim), epsilon, use_affine,
-                 use_affine, gamma_initializer)
+    return _norm("InstanceNorm", x, spatial, C.channel_axis(fmt, ndim), epsilon, center, scale,
+                 gamma_initializer)
