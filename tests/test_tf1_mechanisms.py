@@ -393,3 +393,97 @@ def test_backup_and_restore_collection_in_a_tf1_graph():
         assert tfv1.GraphKeys.UPDATE_OPS in everything
     with pytest.raises(TypeError, match="list, tuple or set"):
         backup_collection(tfv1.GraphKeys.UPDATE_OPS)
+
+
+def _gan_modules():
+    import importlib
+    import os
+    import sys
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tensorpack_examples")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module("GAN")
+
+
+def _tiny_gan(GAN, make_opt):
+    class TinyGAN(GAN.GANModelDesc):
+        def inputs(self):
+            return [tf.TensorSpec((None, 4), tf.float32, "real"), tf.TensorSpec((None, 2), tf.float32, "z")]
+
+        def build_graph(self, real, z):
+            with tfv1.variable_scope("gen"):
+                fake = FullyConnected("fc", z, 4)
+            with tfv1.variable_scope("discrim"):
+                logits_real = FullyConnected("fc", real, 1)
+                logits_fake = FullyConnected("fc", fake, 1)
+            self.build_losses(logits_real, logits_fake)
+            self.collect_variables()
+
+        def optimizer(self):
+            return make_opt()
+    return TinyGAN()
+
+
+class GANData(DataFlow):
+    def __init__(self, n=4):
+        rng = np.random.RandomState(0)
+        self.dps = [[rng.randn(8, 4).astype("float32") + 2, rng.randn(8, 2).astype("float32")] for _ in range(n)]
+
+    def __len__(self):
+        return len(self.dps)
+
+    def __iter__(self):
+        return iter(self.dps)
+
+
+KERAS_OPTS = [lambda: keras.optimizers.Adam(0.01, beta_1=0.5), lambda: tf.keras.optimizers.SGD(0.1, momentum=0.9)]
+
+
+@pytest.mark.parametrize("make_opt", KERAS_OPTS, ids=["adam", "sgd"])
+def test_a_keras_optimizer_minimizes_in_a_custom_trainers_tf1_graph_as_by_hand(make_opt):
+    from kerastrainer import QueueInput, TowerContext, TowerTrainer
+    from kerastrainer.tfutils.tower import TowerFunc
+
+    class OneCost(TowerTrainer):
+        def __init__(self, input, model):
+            super().__init__()
+            self.register_callback(input.setup(model.get_input_signature()))
+            self.tower_func = TowerFunc(model.build_graph, model.get_input_signature())
+            with TowerContext("", is_training=True):
+                cost = self.tower_func(*input.get_input_tensors())
+            self.train_op = make_opt().minimize(cost, name="train_op")
+
+    data = Batches(n=3)
+    trainer = OneCost(QueueInput(data), Linear(None))
+    for k, v in trainer.named_variables().items():
+        if k in W0:
+            v.assign(W0[k])
+    trainer.train_with_defaults(steps_per_epoch=3, max_epoch=1, extra_callbacks=[], monitors=[])
+    w = {n: tf.Variable(v) for n, v in W0.items()}
+    ref, variables = make_opt(), [w["fc/W"], w["fc/b"]]
+    for x, y in data.batches:
+        with tf.GradientTape() as tape:
+            cost = tf.reduce_mean(tf.square(x @ w["fc/W"] + w["fc/b"] - y))
+        ref.apply_gradients(zip(tape.gradient(cost, variables), variables))
+    for n in W0:
+        np.testing.assert_allclose(trainer.named_variables()[n].numpy(), w[n].numpy(), rtol=1e-5, atol=1e-6)
+    assert not hasattr(keras.optimizers.Adam(0.1), "minimize")   # only while a TF1 graph is built
+
+
+@pytest.mark.parametrize("make_opt", KERAS_OPTS, ids=["adam", "sgd"])
+def test_tensorpack_gan_trainer_trains_with_a_keras_optimizer(make_opt):
+    from kerastrainer import QueueInput
+    GAN = _gan_modules()
+    opts = []
+    trainer = GAN.GANTrainer(QueueInput(GANData()), _tiny_gan(GAN, lambda: opts.append(make_opt()) or opts[-1]))
+    named = trainer.named_variables()
+    gen, dis = ["gen/fc/W", "gen/fc/b"], ["discrim/fc/W", "discrim/fc/b"]
+    before = {k: named[k].numpy().copy() for k in gen + dis}
+    trainer.train_with_defaults(steps_per_epoch=3, max_epoch=1, extra_callbacks=[], monitors=[])
+    after = {k: named[k].numpy().copy() for k in gen + dis}
+    assert all(not np.array_equal(before[k], after[k]) for k in gen + dis)
+    assert int(opts[0].iterations.numpy()) == 6   # one optimizer, two updates a step (TF1's shared counters)
+    trainer.sess.run("optimize/g_op")   # the generator's op alone moves only the generator
+    last = {k: named[k].numpy() for k in gen + dis}
+    assert all(not np.array_equal(after[k], last[k]) for k in gen)
+    assert all(np.array_equal(after[k], last[k]) for k in dis)

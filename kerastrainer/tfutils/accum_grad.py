@@ -28,7 +28,7 @@ import numbers
 import keras
 import tensorflow as tf
 
-from .._internals import optimizer_variable_index
+from .._internals import optimizer_trainable_variables, optimizer_variable_index
 
 __all__ = ["AccumGradOptimizer", "KerasAccumGrad", "PendingAccumGrad"]
 
@@ -90,7 +90,7 @@ class KerasAccumGrad(keras.optimizers.Optimizer):
 
     def apply(self, grads, trainable_variables=None):
         if trainable_variables is None:
-            trainable_variables = self._trainable_variables
+            trainable_variables = optimizer_trainable_variables(self)
         pairs = [(g, v) for g, v in zip(grads, trainable_variables) if g is not None]
         if not self.built:
             with tf.init_scope():

@@ -41,6 +41,7 @@ from ..tfutils.global_step import active_store
 from ..tfutils.layer_store import LayerStore
 from ..tfutils.summary import tower_summaries_routed
 from ..tfutils.tower import default_layer_store_scope, get_current_tower_context
+from .tf1_keras_optimizer import keras_optimizers_as_tf1
 
 __all__ = ["TF1Graph"]
 
@@ -77,7 +78,7 @@ class TF1Graph:
         """Run the block as TF1 graph construction in this graph (variables made eagerly)."""
         with self.graph.as_default(), tf.variable_creator_scope(self._create), \
                 default_layer_store_scope(self.layer_store), active_store(self.layer_store), \
-                tower_summaries_routed():   # a tower built here may call tf.summary.*
+                tower_summaries_routed(), keras_optimizers_as_tf1(self.graph):   # tf.summary.*, Keras optimizers
             yield self
 
     def _create(self, next_creator, **kwargs):
@@ -91,6 +92,12 @@ class TF1Graph:
             scope = scope[len(prefix):].strip("/")
         # made eagerly: it outlives the graph's construction and is shared by every function pruned
         # from it (a variable made as a graph op would need lifting, which Keras' variables miss)
+        initial = kwargs.get("initial_value")
+        if tf.is_tensor(initial) and not hasattr(initial, "numpy"):
+            # a constant made in this graph (a Keras optimizer's iteration count): its value, made eagerly
+            value = tf.get_static_value(initial)
+            if value is not None:
+                kwargs["initial_value"] = value
         with tf.init_scope(), tf.name_scope(scope + "/" if scope else ""):
             var = next_creator(**kwargs)
         # TF1 code names a variable by `v.op.name` (WGAN's ClipCallback): its name here
