@@ -180,3 +180,73 @@ def test_tf_dataset_input_of_a_dataflow_and_dataflow_to_dataset():
     assert t.global_step == 8   # steps_per_epoch from the DataFlow's len(); repeated past one pass
     with pytest.raises(TypeError, match="tf.data.Dataset or a DataFlow"):
         TFDatasetInput([1, 2, 3])
+
+
+# --- 8. a package's name never turns into its submodule of the same name --------------------------
+_WALK = r'''
+import importlib, json, pkgutil, types
+import kerastrainer
+
+def describe(v):
+    if v is None:
+        return None
+    return ("module " + v.__name__) if isinstance(v, types.ModuleType) else ("object " + repr(v)[:80])
+
+packages = ["kerastrainer"] + [m.name for m in pkgutil.walk_packages(kerastrainer.__path__, "kerastrainer.")
+                               if m.ispkg]
+bound, lazy = {}, []
+for p in packages:   # what each package's __init__ binds for its submodules' names
+    mod = importlib.import_module(p)
+    for s in pkgutil.iter_modules(mod.__path__):
+        v = mod.__dict__.get(s.name)
+        if v is not None:
+            bound[(p, s.name)] = v
+        elif "__getattr__" in mod.__dict__:
+            lazy.append((p, s.name))   # asked for later: asking now would bind it
+for m in pkgutil.walk_packages(kerastrainer.__path__, "kerastrainer."):   # then every module
+    importlib.import_module(m.name)
+clashes = []
+for (p, s), v in bound.items():
+    now = importlib.import_module(p).__dict__.get(s)
+    if not isinstance(v, types.ModuleType) and now is not v:
+        clashes.append([p, s, describe(v), describe(now)])
+for p, s in lazy:
+    mod = importlib.import_module(p)
+    now = mod.__dict__.get(s)
+    try:
+        meant = mod.__getattr__(s)
+    except AttributeError:
+        continue
+    if not isinstance(meant, types.ModuleType) and now is not None and now is not meant:
+        clashes.append([p, s, describe(meant), describe(now)])
+print("CLASHES" + json.dumps(clashes))
+'''
+
+
+def _run_python(code, timeout=300):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_from_tfutils_import_argscope_is_the_function_after_its_submodule_loaded():
+    """FasterRCNN's predict.py: another file imported kerastrainer.tfutils.argscope, then
+    `from kerastrainer.tfutils import argscope` gave the module ('module' object is not callable)."""
+    out = _run_python("import kerastrainer.tfutils.argscope\n"
+                      "from kerastrainer.tfutils import argscope\n"
+                      "from kerastrainer.models import argscope as home\n"
+                      "print('SAME', argscope is home)")
+    assert "SAME True" in out
+
+
+@pytest.mark.slow
+def test_no_package_name_is_replaced_by_its_submodule():
+    """Walks the package: a name a package binds to something else than its submodule of that name
+    (tfutils.argscope, models.resnet) must stay that object once every module is imported; tensorpack
+    gets this by importing the submodule in the package's __init__ before binding the name."""
+    import json
+    out = _run_python(_WALK, timeout=600)
+    clashes = json.loads(out.split("CLASHES", 1)[1])
+    assert clashes == [], clashes

@@ -230,21 +230,10 @@ class InferenceRunner(Callback):
         return list(signature)
 
     def _make_predictor(self, input_names, output_names):
-        trainer = self.trainer
-        own = getattr(trainer, "tower_func", None)
-        if self._tower_func is None or self._tower_func is own or \
-                getattr(self._tower_func, "fn", None) is getattr(own, "fn", object()):
-            # run on the device in _predict: every trainer's get_predictor takes the names
-            return trainer.get_predictor(input_names, output_names)
-        # another tower function on the trainer's variables (its layers found by scoped name)
-        from ..tfutils.tower_func import TowerFunction
-        store = getattr(trainer, "layer_store", None)
-        if store is None:
-            raise TypeError(f"InferenceRunner(tower_func=...): {type(trainer).__name__} has no layer store whose "
-                            "variables another tower function could use.")
-        fn = getattr(self._tower_func, "fn", self._tower_func)
-        tower = TowerFunction(fn, self._tower_func.input_signature, store)
-        return tower.predict_function(input_names, output_names)
+        # run on the device in _predict: every trainer's get_predictor takes the names
+        if self._tower_func is None:
+            return self.trainer.get_predictor(input_names, output_names)
+        return self.trainer.get_tower_predictor(self._tower_func, input_names, output_names)
 
     def _setup_graph(self):
         signature = self._signature()

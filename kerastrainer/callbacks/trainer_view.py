@@ -77,6 +77,11 @@ class TrainerView:
         """A callable numpy -> numpy running the model in inference mode on the current weights."""
         raise NotImplementedError(f"{type(self).__name__} makes no predictors.")
 
+    def get_tower_predictor(self, tower_func: Any, input_names: Sequence[str], output_names: Sequence[str]):
+        """Like :meth:`get_predictor`, with another tower function (``tower_func(*inputs)``, with an
+        ``input_signature``) run on the trainer's variables (``InferenceRunner(tower_func=...)``)."""
+        raise NotImplementedError(f"{type(self).__name__} runs no other tower function on its variables.")
+
     def sync_counters(self) -> None:
         """Copy the Python counters into the checkpoint's ``global_step`` and ``epoch`` variables
         (before a save); an epoch counts once its last step is done."""

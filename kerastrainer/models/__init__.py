@@ -17,6 +17,8 @@ Example::
                       .GlobalAvgPooling('gap')
                       .FullyConnected('linear', 10)())
 """
+# tfutils' __init__ first (it loads tfutils/argscope.py, which re-exports this package's argscope)
+from ..tfutils import tower as _tower  # noqa: F401
 from .arg_scope import argscope, enable_argscope_for_function, enable_argscope_for_module, get_arg_scope
 from .registry import current_layer_store, disable_layer_logging, get_keras_layer, get_registered_layer, \
     keras_layer, layer_register, layer_scope, VariableHolder

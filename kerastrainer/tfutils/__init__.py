@@ -21,27 +21,19 @@ __all__ = ["LayerStore", "get_default_layer_store", "get_variable", "reset_defau
            "get_tf_version_tuple", "get_global_step_var", "get_global_step_value",
            "summary", "sessinit", "tower", "gradproc", "optimizer"]
 
-# tensorpack's tfutils/__init__ exports these too. The argscope names are models/'s (reached
-# through the alias module tfutils/argscope.py): loaded on first access, like the package's lazy
-# star-exports, because models/ imports this package while it loads. `from kerastrainer.tfutils
-# import argscope` is the function, as in tensorpack.
+# tensorpack's tfutils/__init__ exports these too.
 from . import collection, dependency, sesscreate, varreplace  # noqa: E402 (named in __all__)
 from .collect_env import collect_env_info  # noqa: E402
 from .sesscreate import get_default_sess_config  # noqa: E402
 from .sessinit import SaverRestoreRelaxed, get_model_loader  # noqa: E402
 
-_ARGSCOPE_NAMES = ("argscope", "get_arg_scope", "enable_argscope_for_function", "enable_argscope_for_module")
-
-
-def __getattr__(name):
-    if name in _ARGSCOPE_NAMES:
-        import importlib
-        mod = importlib.import_module(__name__ + ".argscope")
-        for n in _ARGSCOPE_NAMES:  # loading the submodule bound `argscope` to it: the function wins
-            globals()[n] = getattr(mod, n)
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+# The argscope names are models/'s, through the alias module tfutils/argscope.py. As in tensorpack,
+# the submodule is imported here, while the package loads, and its names bound after it: a later
+# `import kerastrainer.tfutils.argscope` finds it loaded and leaves `tfutils.argscope` the function
+# (bound lazily, the submodule's import replaced it with the module). Last, as models/ imports
+# this package while it loads.
+from .argscope import argscope, enable_argscope_for_function, enable_argscope_for_module  # noqa: E402
+from .argscope import get_arg_scope  # noqa: E402
 
 __all__ += ["argscope", "get_arg_scope", "enable_argscope_for_function", "enable_argscope_for_module",
             "collect_env_info", "get_default_sess_config", "SaverRestoreRelaxed", "get_model_loader",

@@ -35,6 +35,7 @@ from ..tfutils.extensions import launch_contexts, learning_rate_variable
 from ..tfutils.global_step import global_step_of, set_current_global_step
 from ..input_source.base import InputSource
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
+from ..tfutils.tower_func import TowerFunction
 from ..utils import logger
 from .loop import FitLoop
 from .model_desc import model_of_functions
@@ -312,6 +313,14 @@ class Trainer(TrainerView):
             setattr(on_device, attr, getattr(predict, attr))
         on_device.device = dev
         return on_device
+
+    def get_tower_predictor(self, tower_func, input_names: Sequence[str], output_names: Sequence[str]):
+        """A predictor of another tower function (a ``TowerFunc``, or a function with an
+        ``input_signature``) on this trainer's variables: its layers are found by scoped name in the
+        layer store (a layer the trainer's tower never made is an error)."""
+        fn = getattr(tower_func, "fn", tower_func)
+        tower = TowerFunction(fn, tower_func.input_signature, self.layer_store)
+        return tower.predict_function(input_names, output_names)
 
     def sync_counters(self) -> None:
         """Copy the Python counters into the checkpointed variables (before saving)."""
