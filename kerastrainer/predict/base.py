@@ -5,6 +5,7 @@ from typing import Dict
 
 import tensorflow as tf
 
+from ..tfutils.extensions import launch_contexts
 from ..utils.tf1_only import tf1_only_class
 from .config import PredictConfig
 
@@ -72,11 +73,15 @@ class OfflinePredictor(PredictorBase):
 
     def __init__(self, config: PredictConfig):
         self.config = config
-        self._target = build_model_for_inference(config.model, config.session_init)
-        self._fn = config.model.get_tower_function().predict_function(
-            config.input_names, config.output_names, is_training=config.is_training)
+        with launch_contexts("OfflinePredictor"):   # eager set-up in a program in TF1 graph mode
+            self._target = build_model_for_inference(config.model, config.session_init)
+            self._fn = config.model.get_tower_function().predict_function(
+                config.input_names, config.output_names, is_training=config.is_training)
         self.input_names = config.input_names
         self.output_names = config.output_names
 
     def __call__(self, *inputs):
-        return self._fn(*inputs)
+        if tf.executing_eagerly():
+            return self._fn(*inputs)
+        with launch_contexts("OfflinePredictor"):   # a program in TF1 graph mode
+            return self._fn(*inputs)
