@@ -250,3 +250,19 @@ def test_no_package_name_is_replaced_by_its_submodule():
     out = _run_python(_WALK, timeout=600)
     clashes = json.loads(out.split("CLASHES", 1)[1])
     assert clashes == [], clashes
+
+
+# --- 9. viz.draw_boxes on a float image ------------------------------------------------------------
+def test_draw_boxes_takes_a_float_image_as_tensorpack():
+    """FasterRCNN's viz.py draws on `img.mean(axis=2)` stacked to 3 channels (float64): OpenCV refused."""
+    pytest.importorskip("cv2")
+    from kerastrainer.utils import viz
+    rng = np.random.RandomState(0)
+    img = rng.uniform(0, 255, (40, 50, 3))
+    bw = np.stack([img.mean(axis=2)] * 3, axis=2)
+    out = viz.draw_boxes(bw, [[2, 3, 30, 35]], ["balloon 0.9"])
+    assert out.dtype == np.uint8 and out.shape == (40, 50, 3)
+    np.testing.assert_array_equal(out[39, 49], bw[39, 49].astype(np.uint8))   # untouched pixel: truncated
+    assert (out[3, 2:31] == (0, 255, 0)).all()                                   # the box's top edge
+    gray = viz.draw_boxes(img.mean(axis=2).astype("float32")[:, :, None], [[1, 1, 10, 10]])
+    assert gray.shape == (40, 50, 3) and gray.dtype == np.uint8

@@ -104,8 +104,10 @@ def interactive_imshow(img: np.ndarray, lclick_cb: Optional[Callable] = None, **
 
 
 def draw_boxes(im: np.ndarray, boxes, labels: Optional[Sequence[str]] = None, color=None) -> np.ndarray:
-    """A copy of ``im`` (HxW or HxWx3, uint8) with ``boxes`` (N x 4: x1, y1, x2, y2) drawn, each
-    with its label above it. ``color``: a BGR triple (green by default).
+    """A copy of ``im`` (HxW, HxWx1 or HxWx3, in [0, 255]) with ``boxes`` (N x 4: x1, y1, x2, y2)
+    drawn, each with its label above it. ``color``: a BGR triple (green by default). The copy is
+    uint8, as tensorpack's: a float image is cut to [0, 255] and truncated to integers first
+    (OpenCV draws text on 8-bit images only).
 
     Example::
 
@@ -117,7 +119,10 @@ def draw_boxes(im: np.ndarray, boxes, labels: Optional[Sequence[str]] = None, co
         raise ValueError(f"draw_boxes: {len(labels)} labels for {len(boxes)} boxes.")
     if (boxes[:, 2] < boxes[:, 0]).any() or (boxes[:, 3] < boxes[:, 1]).any():
         raise ValueError("draw_boxes: every box is (x1, y1, x2, y2) with x2 >= x1 and y2 >= y1.")
-    out = np.asarray(im).copy()
+    out = np.asarray(im)
+    out = np.clip(out, 0, 255).astype(np.uint8) if out.dtype != np.uint8 else out.copy()
+    if out.ndim == 3 and out.shape[2] == 1:
+        out = out[:, :, 0]
     if out.ndim == 2:
         out = cv2.cvtColor(out, cv2.COLOR_GRAY2BGR)
     color = (0, 255, 0) if color is None else tuple(int(c) for c in color)
