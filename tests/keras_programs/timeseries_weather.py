@@ -6,7 +6,8 @@ Origin: https://github.com/keras-team/keras-io/blob/master/examples/timeseries/t
 
 Edits, each marked ``# EDIT``:
 - the adoption: ``model.fit(...)`` -> ``KerasModel(model).fit(...)`` with the same arguments (the
-  ``validation_data`` dataset, the ``EarlyStopping`` and ``ModelCheckpoint`` callbacks);
+  ``validation_data`` dataset, the ``EarlyStopping`` and ``ModelCheckpoint`` callbacks), and the
+  ``predict`` calls through the same runner;
 - for the test: a generated float64 series of 7 features (numpy, as ``features.values`` is) instead of
   the Jena climate CSV, so no pandas (``.loc``/``.iloc`` become array slices); ``past`` 48, ``future``
   6, ``step`` 6, ``batch_size`` 16, 2 epochs (not 720, 72, 6, 256, 10); the checkpoint written to
@@ -108,8 +109,8 @@ def program(use_kerastrainer: bool, workdir: str):  # EDIT: a function
     )
 
     initial = [w.numpy() for w in model.weights]  # EDIT: for the test
-    fit = KerasModel(model).fit if use_kerastrainer else model.fit  # EDIT: the adoption
-    history = fit(
+    runner = KerasModel(model) if use_kerastrainer else model  # EDIT: the adoption
+    history = runner.fit(
         dataset_train,
         epochs=epochs,
         validation_data=dataset_val,
@@ -117,6 +118,6 @@ def program(use_kerastrainer: bool, workdir: str):  # EDIT: a function
         verbose=0,  # EDIT
     )
     # EDIT: the program plots model.predict(x) of 5 validation batches; the test compares them
-    predictions = np.concatenate([model.predict(x, verbose=0) for x, y in dataset_val.take(5)])
+    predictions = np.concatenate([runner.predict(x, verbose=0) for x, y in dataset_val.take(5)])
     return dict(model=model, initial=initial, history=history.history, predict=predictions,
                 checkpoint=path_checkpoint)
