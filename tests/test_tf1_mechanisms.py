@@ -487,3 +487,80 @@ def test_tensorpack_gan_trainer_trains_with_a_keras_optimizer(make_opt):
     last = {k: named[k].numpy() for k in gen + dis}
     assert all(not np.array_equal(after[k], last[k]) for k in gen)
     assert all(np.array_equal(after[k], last[k]) for k in dis)
+
+
+def _linear_cost(x, y):
+    return tf.reduce_mean(tf.square(FullyConnected("fc", x, 1) - y), name="cost")
+
+
+def _sgd_reference(batches, lr=0.1):
+    w = dict(W0)
+    for x, y in batches:
+        err = x @ w["fc/W"] + w["fc/b"] - y
+        w = {"fc/W": w["fc/W"] - lr * 2 * x.T @ err / len(x), "fc/b": w["fc/b"] - lr * 2 * err.mean(0)}
+    return w
+
+
+SIGNATURE = [tf.TensorSpec((None, 3), tf.float32, "x"), tf.TensorSpec((None, 1), tf.float32, "y")]
+
+
+@pytest.mark.parametrize("make_trainer,towers", [
+    (lambda: SimpleTrainer(), 1),
+    (lambda: SyncMultiGPUTrainerReplicated(cpus(2)), 2),
+    (lambda: __import__("kerastrainer").SyncMultiGPUTrainerParameterServer(cpus(2)), 2),
+], ids=["simple", "replicated", "parameter_server"])
+def test_tensorpacks_four_argument_setup_graph_then_train_with_defaults(make_trainer, towers):
+    from kerastrainer import QueueInput
+    data = Batches(n=3, parts=towers)
+    trainer = make_trainer()
+    trainer.setup_graph(SIGNATURE, QueueInput(data), _linear_cost,
+                        lambda: tfv1.train.GradientDescentOptimizer(0.1))
+    trainer.train_with_defaults(callbacks=[SetWeights()], extra_callbacks=[], monitors=[], steps_per_epoch=3,
+                                max_epoch=1)
+    expected = _sgd_reference(data.batches)
+    for n in W0:
+        np.testing.assert_allclose(trainer.named_variables()[n].numpy(), expected[n], rtol=1e-5, atol=1e-6)
+
+
+def test_four_argument_setup_graph_on_horovod_trainer():
+    pytest.importorskip("horovod.tensorflow")
+    from kerastrainer import HorovodTrainer, QueueInput
+    data = Batches(n=3)
+    trainer = HorovodTrainer()
+    trainer.setup_graph(SIGNATURE, QueueInput(data), _linear_cost, lambda: tfv1.train.GradientDescentOptimizer(0.1))
+    trainer.train_with_defaults(callbacks=[SetWeights()], extra_callbacks=[], monitors=[], steps_per_epoch=3,
+                                max_epoch=1)
+    expected = _sgd_reference(data.batches)
+    for n in W0:
+        np.testing.assert_allclose(trainer.named_variables()[n].numpy(), expected[n], rtol=1e-5, atol=1e-6)
+
+
+_MULTIWORKER_PROGRAM = r"""
+import sys
+sys.path.insert(0, {tests!r})
+from kerastrainer import MultiWorkerTrainer
+trainer = MultiWorkerTrainer()   # first: before any TF op
+import numpy as np, tensorflow as tf
+from kerastrainer import QueueInput
+from test_tf1_mechanisms import Batches, SetWeights, SIGNATURE, W0, _linear_cost, _sgd_reference
+data = Batches(n=3)
+trainer.setup_graph(SIGNATURE, QueueInput(data), _linear_cost,
+                    lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+trainer.train_with_defaults(callbacks=[SetWeights()], extra_callbacks=[], monitors=[], steps_per_epoch=3, max_epoch=1)
+expected = _sgd_reference(data.batches)
+for n in W0:
+    np.testing.assert_allclose(trainer.named_variables()[n].numpy(), expected[n], rtol=1e-5, atol=1e-6)
+print("MULTIWORKER-OK", trainer.global_step)
+"""
+
+
+@pytest.mark.slow   # a fresh interpreter with TF's collective runtime: ~30 s on 2 busy cores
+def test_four_argument_setup_graph_on_multiworker_trainer(tmp_path):
+    import os
+    import subprocess
+    import sys
+    tests = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", _MULTIWORKER_PROGRAM.format(tests=tests)], capture_output=True,
+                         text=True, timeout=300, cwd=str(tmp_path), env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "MULTIWORKER-OK 3" in out.stdout
