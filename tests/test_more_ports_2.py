@@ -3,7 +3,7 @@
 - tensorpack's examples/keras/imagenet-resnet-keras.py (+ the imagenet_utils.py it imports),
   run through ``_shorten_batch.py`` on a tiny ILSVRC12 directory of real JPEGs;
 - the kerastrainer names and behaviour that port needed: ``FeedfreePredictor``,
-  ``AccumGradOptimizer`` (imports; a call says what to use), ``GPUUtilizationTracker``,
+  ``AccumGradOptimizer`` (imports; wraps), ``GPUUtilizationTracker``,
   a top-level ``tfv1.get_variable('learning_rate')`` behind a KerasModel's TF1 optimizer set by
   ``ScheduledHyperParamSetter``, and a user's ``InferenceRunner`` beside a global-batch KerasModel.
 """
@@ -69,10 +69,11 @@ def test_imagenet_resnet_keras(tmp_path):
 
 
 # --- focused tests of the fixes ---------------------------------------------------------------
-def test_accum_grad_optimizer_imports_and_says_what_to_use():
+def test_accum_grad_optimizer_imports_and_wraps_a_tf1_optimizer():
+    # what it does in training: tests/test_tf1_mechanisms.py
     from kerastrainer.tfutils.optimizer import AccumGradOptimizer
-    with pytest.raises(NotImplementedError, match="gradient_accumulation_steps=4"):
-        AccumGradOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 4)
+    opt = AccumGradOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 4)
+    assert opt.niter == 4 and isinstance(opt.opt, tf.compat.v1.train.GradientDescentOptimizer)
 
 
 def test_feedfree_predictor_reads_batches_from_a_queue():

@@ -155,7 +155,6 @@ def _subclass_of_hook():
 # how programs use them, with their arguments: (path, call, words the message must hold)
 USES = [
     ("kerastrainer.tfutils.sesscreate.NewSessionCreator", lambda c: c(config=object()), "tf.config"),
-    ("kerastrainer.tfutils.get_default_sess_config", lambda f: f(0.99), "set_memory_growth"),
     ("kerastrainer.callbacks.GraphProfiler", lambda c: c(dump_tracing=True), "tf.profiler"),
     ("kerastrainer.callbacks.hooks.HookToCallback", lambda c: _subclass_of_hook()(object()), "Callback"),
     ("kerastrainer.tfutils.optimizer.VariableAssignmentOptimizer", lambda c: c(object(), lambda v: v),
@@ -164,7 +163,6 @@ USES = [
     ("kerastrainer.input_source.PlaceholderInput", lambda c: c(), "FeedInput"),
     ("kerastrainer.utils.loadcaffe.load_caffe", lambda f: f("a.prototxt", "a.caffemodel"), "SmartInit"),
     ("kerastrainer.dataflow.CaffeLMDB", lambda c: c("x.lmdb", shuffle=False), "LMDBDataDecoder"),
-    ("kerastrainer.tfutils.collection.freeze_collection", lambda f: f(["x"]), "Python"),
 ]
 
 
