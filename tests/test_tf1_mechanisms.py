@@ -564,3 +564,21 @@ def test_four_argument_setup_graph_on_multiworker_trainer(tmp_path):
                          text=True, timeout=300, cwd=str(tmp_path), env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "MULTIWORKER-OK 3" in out.stdout
+
+
+def test_dependency_of_targets_and_fetches_walk_data_and_control_inputs():
+    from kerastrainer.tfutils.dependency import dependency_of_fetches, dependency_of_targets
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(1.0, name="a")
+        b = tf.identity(a * 2.0, name="b")
+        c = tf.constant(3.0, name="c")
+        with tf.control_dependencies([c]):
+            d = tf.identity(b, name="d")
+        e = tf.constant(5.0, name="e")
+    assert dependency_of_targets([d], a) and dependency_of_targets([d], c.op)   # data, control
+    assert not dependency_of_targets([d], e) and not dependency_of_targets([b], c)
+    assert dependency_of_fetches({"x": ["d:0"], "y": e}, a) and dependency_of_fetches(("b",), a.op)
+    assert not dependency_of_fetches([b, e], c)
+    with pytest.raises(TypeError, match="eager values have no graph"):
+        dependency_of_targets([tf.constant(1.0)], tf.constant(2.0))
