@@ -112,6 +112,19 @@ for name, trainer in [("simple", SimpleTrainer()), ("replicated", SyncMultiGPUTr
     out["mode_after_" + name] = mode()
 if not out["mode_before"]["eager"]:
     out["tf1_after"] = program_tf1_code("after")
+
+
+class P(ModelDesc):   # an inference-only model, as an inference script has
+    def inputs(self):
+        return [v1.placeholder(tf.float32, (None, 3), "x")]
+
+    def build_graph(self, x):
+        tf.identity(FullyConnected("fc", x, 2, kernel_initializer=tf.constant_initializer(1.0)), name="y")
+
+
+pred = OfflinePredictor(PredictConfig(model=P(), input_names=["x"], output_names=["y"]))
+out["predicted"] = [pred(np.ones((1, 3), "float32"))[0].tolist() for _ in range(2)]
+out["mode_after_predictor"] = mode()
 print("RESULT " + json.dumps(out), flush=True)
 '''
 
@@ -160,6 +173,8 @@ def _check_graph_mode_program(result, variant):
     assert result["mode_after_simple"] == mode and result["mode_after_replicated"] == mode
     # its own TF1 code before and after: a kerastrainer layer on a placeholder, run by a Session
     assert result["tf1_before"] == [[3.0, 3.0]] and result["tf1_after"] == [[3.0, 3.0]]
+    # an OfflinePredictor built and called in that program, which stays in its mode
+    assert result["predicted"] == [[[3.0, 3.0]]] * 2 and result["mode_after_predictor"] == mode
     _check_trained_as_reference(result)
 
 
@@ -186,6 +201,7 @@ def test_eager_program_trains_as_reference_and_stays_eager(tmp_path):
     assert result["mode_before"] == EAGER_MODE
     assert result["mode_after_simple"] == EAGER_MODE and result["mode_after_replicated"] == EAGER_MODE
     _check_trained_as_reference(result)
+    assert result["predicted"] == [[[3.0, 3.0]]] * 2 and result["mode_after_predictor"] == EAGER_MODE
     assert "eager execution is off in this program" not in out
 
 
@@ -239,3 +255,32 @@ def test_inputs_that_are_not_placeholders_name_the_fault():
 
     with pytest.raises(ValueError, match=r"Unnamed.inputs\(\)\[0\] has no name"):
         Unnamed().get_input_signature()
+
+
+# --- TFLMS's Session tutorial, exactly as written (tests/seed_programs/tflms_session_tutorial_v1.py) --
+
+SEEDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seed_programs")
+TUTORIAL = os.path.join(SEEDS, "tflms_session_tutorial_v1.py")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tf1_layer_loaded", [False, True], ids=["as_written", "tf1_layer_loaded_first"])
+def test_tflms_session_tutorial_runs_as_written(tf1_layer_loaded):
+    """The tutorial's 20000 iterations (200 training steps) with ``disable_v2_behavior()``; the second
+    case runs it in a process where kerastrainer's TF1 layer was loaded first (as ``from kerastrainer
+    import *`` loads it), where the call used to be replaced by a logged no-op."""
+    if tf1_layer_loaded:
+        cmd = ["-c", "import runpy, kerastrainer.compat; runpy.run_path(%r, run_name='__main__')" % TUTORIAL]
+    else:
+        cmd = [TUTORIAL]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([ROOT, SEEDS] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    r = subprocess.run([sys.executable, *cmd], cwd=SEEDS, env=env, capture_output=True, text=True, timeout=900,
+                       stdin=subprocess.DEVNULL)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    # LMS edited the tutorial's graph as TFLMS logged it: 6 swap-outs and 7 swap-ins
+    assert "added 13 operations to the graph (6 swap-out operations" in out, out[-4000:]
+    assert "step 19900, training accuracy" in out
+    acc = float(out.split("test accuracy ")[-1].split()[0])
+    assert acc > 0.9, out[-2000:]
