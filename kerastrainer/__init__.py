@@ -48,8 +48,7 @@ def _tf_name_map():
             for n in getattr(mod, "__all__", []):
                 names.setdefault(n, mod)
         _tf_names = names
-        # a program that uses TF1's API gets the TF1 layer now, before its next line runs (its
-        # tf.compat.v1.disable_eager_execution() meets the stand-in)
+        # a program that uses TF1's API gets the TF1 layer now, before its next line runs
         from .tfutils.extensions import load_extensions
         load_extensions()
     return _tf_names
