@@ -11,9 +11,9 @@ rewritten as a ModelDesc.) Edits, each forced by TF2 or by testing without downl
    ``from tensorflow_large_model_support import LMS`` -> ``from kerastrainer.lms import LMS``;
    the ``from __future__`` lines dropped (Python 3).
 2. Graph mode: the graph-building and Session cells run inside ``with tf.Graph().as_default():``
-   (in ``main``). ``tf.disable_v2_behavior()`` would be process-wide, and kerastrainer keeps
-   eager execution on once loaded (docs/tensorpack-migration.md); the local graph is what TF2
-   offers a TF1 program. The cells' code is otherwise unchanged, re-indented.
+   (in ``main``), so that tests can import this module into an eager process.
+   (``tflms_session_tutorial_v1.py`` is the tutorial as written, after ``tf.disable_v2_behavior()``.)
+   The cells' code is otherwise unchanged, re-indented.
 3. Data: ``tensorflow.examples.tutorials.mnist.input_data`` is gone from TF2 and tests download
    nothing: ``input_data.read_data_sets(".")`` -> ``SyntheticMnist()``, MNIST-shaped data (784
    floats in [0, 1], a label 0-9 that a rule on the pixels decides) with the same
