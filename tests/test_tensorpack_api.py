@@ -157,8 +157,6 @@ USES = [
     ("kerastrainer.tfutils.sesscreate.NewSessionCreator", lambda c: c(config=object()), "tf.config"),
     ("kerastrainer.callbacks.GraphProfiler", lambda c: c(dump_tracing=True), "tf.profiler"),
     ("kerastrainer.callbacks.hooks.HookToCallback", lambda c: _subclass_of_hook()(object()), "Callback"),
-    ("kerastrainer.tfutils.optimizer.VariableAssignmentOptimizer", lambda c: c(object(), lambda v: v),
-     "kernel_constraint"),
     ("kerastrainer.predict.OnlinePredictor", lambda c: c([], []), "OfflinePredictor"),
     ("kerastrainer.input_source.PlaceholderInput", lambda c: c(), "FeedInput"),
     ("kerastrainer.utils.loadcaffe.load_caffe", lambda f: f("a.prototxt", "a.caffemodel"), "SmartInit"),

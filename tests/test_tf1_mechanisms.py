@@ -582,3 +582,42 @@ def test_dependency_of_targets_and_fetches_walk_data_and_control_inputs():
     assert not dependency_of_fetches([b, e], c)
     with pytest.raises(TypeError, match="eager values have no graph"):
         dependency_of_targets([tf.constant(1.0)], tf.constant(2.0))
+
+
+def _clip_w(v):
+    return tf.clip_by_value(v, -0.2, 0.2) if v.op.name == "fc/W" else None
+
+
+def test_variable_assignment_optimizer_in_a_tf1_graph_assigns_after_the_update():
+    from kerastrainer.tfutils.optimizer import ProxyOptimizer, VariableAssignmentOptimizer
+    g = tf.Graph()
+    with g.as_default():
+        w = tfv1.get_variable("fc/W", initializer=tf.constant([0.5, -0.1, 0.05]))
+        op = VariableAssignmentOptimizer(tfv1.train.GradientDescentOptimizer(0.1), _clip_w).minimize(
+            tf.reduce_sum(w * tf.constant([1.0, 1.0, -1.0])))
+        plain = ProxyOptimizer(tfv1.train.GradientDescentOptimizer(0.1)).minimize(tf.reduce_sum(w))
+        with tfv1.Session(graph=g) as sess:
+            sess.run(tfv1.global_variables_initializer())
+            sess.run(op)
+            np.testing.assert_allclose(sess.run(w), [0.2, -0.2, 0.15], rtol=1e-6)
+            sess.run(plain)
+            np.testing.assert_allclose(sess.run(w), [0.1, -0.3, 0.05], rtol=1e-6)
+
+
+@pytest.mark.parametrize("towers", [1, 2])
+def test_variable_assignment_optimizer_from_model_optimizer_clips_after_each_update(towers):
+    from kerastrainer.tfutils.optimizer import VariableAssignmentOptimizer
+    data = Batches(n=3, parts=towers)
+    trainer = SimpleTrainer(steps_per_call=2) if towers == 1 else SyncMultiGPUTrainerReplicated(cpus(2))
+    make = lambda: VariableAssignmentOptimizer(tfv1.train.GradientDescentOptimizer(0.1), _clip_w)  # noqa: E731
+    cfg = TrainConfig(model=Linear(make), dataflow=data, callbacks=[SetWeights()], extra_callbacks=[], monitors=[],
+                      max_epoch=1, steps_per_epoch=3)
+    launch_train_with_config(cfg, trainer)
+    w = dict(W0)
+    for x, y in data.batches:
+        err = x @ w["fc/W"] + w["fc/b"] - y
+        w = {"fc/W": np.clip(w["fc/W"] - 0.1 * 2 * x.T @ err / len(x), -0.2, 0.2),
+             "fc/b": w["fc/b"] - 0.1 * 2 * err.mean(0)}
+    for n in W0:
+        np.testing.assert_allclose(trainer.named_variables()[n].numpy(), w[n], rtol=1e-5, atol=1e-6)
+    assert np.abs(trainer.named_variables()["fc/W"].numpy()).max() <= 0.2 + 1e-7

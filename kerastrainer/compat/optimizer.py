@@ -31,8 +31,9 @@ from ..tfutils.extensions import learning_rate_variable, set_learning_rate_varia
 from ..tfutils.global_step import active_store
 from ..tfutils.layer_store import LayerStore
 from ..tfutils.objective import is_objective_list
-from ..tfutils.optimizer import (AccumGradOptimizer, GradientProcessedOptimizer, PendingAccumGrad, innermost_optimizer,
-                                 install_processors)
+from ..tfutils.optimizer import (AccumGradOptimizer, GradientProcessedOptimizer, PendingAccumGrad, PostProcessOptimizer,
+                                 ProxyOptimizer, innermost_optimizer, install_processors)
+from ..tfutils.proxy_optimizer import KerasPostProcess
 from ..utils import logger
 from .variables import tf1_variables_in_store
 
@@ -241,6 +242,18 @@ def _keras_optimizer(opt, lr_function, store: LayerStore) -> keras.optimizers.Op
     if isinstance(opt, PendingAccumGrad):
         kopt = AccumGradOptimizer(_keras_optimizer(opt.opt, lr_function, store), opt.niter)
         _log_once(f"optimizer(): AccumGradOptimizer applies the sum of every {opt.niter} steps' gradients.")
+        return kopt
+    if isinstance(opt, ProxyOptimizer):
+        overridden = [m for m in ("compute_gradients", "apply_gradients")
+                      if getattr(type(opt), m) not in (getattr(ProxyOptimizer, m), getattr(PostProcessOptimizer, m))]
+        if overridden:
+            raise TypeError(f"optimizer() returned {type(opt).__name__}, whose own {', '.join(overridden)} is TF1 "
+                            "graph code that a Keras 3 update cannot run: use it in a custom trainer's TF1 graph, "
+                            "or transform the gradients with apply_grad_processors(opt, [gradproc...]).")
+        kopt = _keras_optimizer(opt.wrapped, lr_function, store)
+        if isinstance(opt, PostProcessOptimizer):
+            _log_once(f"optimizer(): {type(opt).__name__}'s function runs on the variables after each update.")
+            return KerasPostProcess(kopt, opt, store.named_variables)
         return kopt
     if isinstance(opt, GradientProcessedOptimizer):
         kopt = _keras_optimizer(opt.opt, lr_function, store)

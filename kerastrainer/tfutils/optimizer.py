@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..utils.tf1_only import tf1_only_class
 from .accum_grad import AccumGradOptimizer, PendingAccumGrad
+from .proxy_optimizer import PostProcessOptimizer, ProxyOptimizer, VariableAssignmentOptimizer
 from .gradproc import GradientProcessor, variable_key, variable_names
 
 __all__ = ["apply_grad_processors", "AccumGradOptimizer", "ProxyOptimizer", "PostProcessOptimizer",
@@ -87,9 +87,9 @@ def apply_grad_processors(opt, gradprocs: Sequence[GradientProcessor]) -> Gradie
 
 def innermost_optimizer(opt):
     """The optimizer inside the wrappers of this module (``apply_grad_processors``, ``AccumGradOptimizer``
-    of a TF1 optimizer)."""
-    while isinstance(opt, (GradientProcessedOptimizer, PendingAccumGrad)):
-        opt = opt.opt
+    of a TF1 optimizer, ``ProxyOptimizer`` and its subclasses)."""
+    while isinstance(opt, (GradientProcessedOptimizer, PendingAccumGrad, ProxyOptimizer)):
+        opt = opt.wrapped if isinstance(opt, ProxyOptimizer) else opt.opt
     return opt
 
 
@@ -109,19 +109,3 @@ def install_processors(kopt, procs: Sequence[GradientProcessor], names: Callable
         return original(pairs, *args, **kwargs)
 
     kopt.apply_gradients = apply_gradients
-
-
-# tensorpack's TF1 optimizer wrappers: subclasses of tf.train.Optimizer, which Keras 3 does not use
-_WRAPPER = "a wrapper of a TF1 tf.train.Optimizer; Keras 3 optimizers are not TF1 optimizers"
-ProxyOptimizer = tf1_only_class(
-    "ProxyOptimizer", __name__, _WRAPPER,
-    "Subclass the Keras optimizer instead (override apply_gradients / update_step), or transform "
-    "the gradients with apply_grad_processors(opt, [gradproc...]).")
-PostProcessOptimizer = tf1_only_class(
-    "PostProcessOptimizer", __name__, _WRAPPER,
-    "Run the post-update op in a Callback's _trigger_step (e.g. var.assign(...)) or use a Keras "
-    "weight constraint (kernel_constraint=...), which Keras applies after each update.")
-VariableAssignmentOptimizer = tf1_only_class(
-    "VariableAssignmentOptimizer", __name__, _WRAPPER,
-    "Give the layer a Keras constraint applied after every update: e.g. WGAN's clipping is "
-    "kernel_constraint=lambda w: tf.clip_by_value(w, -0.01, 0.01).")
