@@ -6,7 +6,8 @@ Origin: https://github.com/keras-team/keras-io/blob/master/examples/keras_recipe
 
 Edits, each marked ``# EDIT``:
 - the adoption: ``model.fit(...)`` -> ``KerasModel(model).fit(...)`` with the same arguments;
-- for the test: 96 samples of 16 features (not 1000 of 764; float64 as published),
+- for the test: 96 samples of 16 features (not 1000 of 764; float64 as published), targets 0 or 1
+  (not uniform in [0, 1), which no prediction matches: the accuracy would be 0 on both routes),
   ``shuffle=False`` and ``verbose=0``, and validation (``validation_split=0.25`` for the functional
   model, ``validation_data`` for the subclassed one) so that History has the layer's ``val_``
   accuracy; a seed and ``clear_session``; the two parts are two functions returning what the test
@@ -58,10 +59,10 @@ class LogReg(keras.Model):
         return preds
 
 
-def _data(n):  # EDIT: 1000 samples of 764 features
+def _data(n):  # EDIT: 1000 samples of 764 features; 0/1 targets (an accuracy other than 0)
     return {
         "inputs": np.random.random((n, 16)),
-        "targets": np.random.random((n, 1)),
+        "targets": np.random.randint(0, 2, (n, 1)).astype("float64"),
         "sample_weight": np.random.random((n, 1)),
     }
 
