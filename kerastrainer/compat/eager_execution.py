@@ -26,9 +26,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-import tensorflow as tf
-
-from .._internals import tf2_behavior_in_block
+from .._internals import eager_is_process_default, tf2_behavior_in_block
 from ..utils import logger
 
 __all__ = ["eager_execution_disabled", "tf2_behavior_for"]
@@ -38,15 +36,9 @@ _lock = threading.Lock()
 
 
 def eager_execution_disabled() -> bool:
-    """Whether eager execution is off process-wide (``tf.compat.v1.disable_eager_execution()``).
-
-    Asked in a fresh thread: a thread starts in the process's default mode, outside any
-    ``Graph().as_default()`` block of the caller (graph stacks are per thread)."""
-    answer = []
-    t = threading.Thread(target=lambda: answer.append(tf.executing_eagerly()), name="kerastrainer-eager-probe")
-    t.start()
-    t.join()
-    return not answer[0]
+    """Whether eager execution is off process-wide (``tf.compat.v1.disable_eager_execution()`` or
+    ``disable_v2_behavior()``), whatever ``Graph().as_default()`` block the caller is in."""
+    return not eager_is_process_default()
 
 
 def _log_once(who: str) -> None:
