@@ -14,7 +14,6 @@ Edits, each marked ``# EDIT``:
   a function returning what the test compares.
 """
 import keras
-import numpy as np
 import tensorflow as tf
 from keras import layers
 
