@@ -711,6 +711,23 @@ def write_md(rows, path):
              "| raises | a TF1-only concept: exists, and raises `TF2UnsupportedError` naming the TF2 way |",
              "| missing | not there yet (its home is being changed elsewhere) |",
              "| not-api | put in a star-export by Python's rules, but no API |", ""]
+    raising = {}
+    for r in rows:   # one row per name: the same object is re-exported at several paths
+        if r["status"] == "raises":
+            raising.setdefault(r["name"], []).append(r)
+    if raising:
+        lines += ["## The names that still raise", "",
+                  f"{len(raising)} names (at {sum(len(v) for v in raising.values())} paths) stand for what TF2 "
+                  "cannot give a program: a TF1 `Session` or session hook handed to the user's code, a "
+                  "trainer without a TF2 engine, a model format whose reader needs a download. Each raises "
+                  "`TF2UnsupportedError` at the call, naming the way out.", "",
+                  "| name | at | why, and the way out |", "| --- | --- | --- |"]
+        for name in sorted(raising):
+            rs = raising[name]
+            at = ", ".join(f"`{r['module']}`" for r in rs)
+            note = rs[0]["note"].replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| `{name}` | {at} | {note} |")
+        lines.append("")
     by_mod = {}
     for r in rows:
         by_mod.setdefault(r["module"], []).append(r)

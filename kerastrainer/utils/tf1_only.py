@@ -6,7 +6,7 @@ trainers). A program that merely imports them must keep importing; a program tha
 must stop at once with an error that names the TF2 way. This module makes those names:
 :func:`tf1_only_class` and :func:`tf1_only_function` build an object that raises
 :class:`TF2UnsupportedError` when instantiated or called, and mark it with
-``__tensorpack_status__ = ("raises", advice)``, which ``tools/tensorpack_api.py`` reads into the
+``__tensorpack_status__ = ("raises", why and advice)``, which ``tools/tensorpack_api.py`` reads into the
 API list (docs/tensorpack-api.md). :func:`mark_status` marks an object that works but warns.
 
 Nothing here imports TensorFlow (``kerastrainer.dataflow`` uses it too).
@@ -23,8 +23,13 @@ class TF2UnsupportedError(NotImplementedError):
     """
 
 
+def _note(why: str, advice: str) -> str:
+    """Why the name raises and the way out (the API list's note; part of the error's message)."""
+    return f"{why} in TensorFlow 2 / kerastrainer. {advice}"
+
+
 def _message(qualname: str, why: str, advice: str) -> str:
-    return f"{qualname}: {why} in TensorFlow 2 / kerastrainer. {advice}"
+    return f"{qualname}: {_note(why, advice)}"
 
 
 def tf1_only_class(name: str, module: str, why: str, advice: str, base: type = object) -> type:
@@ -41,6 +46,7 @@ def tf1_only_class(name: str, module: str, why: str, advice: str, base: type = o
         NewSessionCreator()   # raises TF2UnsupportedError naming tf.config
     """
     msg = _message(f"{module.replace('kerastrainer', 'tensorpack', 1)}.{name}", why, advice)
+    note = _note(why, advice)
 
     def __new__(cls, *args: Any, **kwargs: Any):  # before any base's checks (an abstract DataFlow)
         raise TF2UnsupportedError(msg)
@@ -48,7 +54,7 @@ def tf1_only_class(name: str, module: str, why: str, advice: str, base: type = o
     cls = type(name, (base,), {"__new__": __new__, "__module__": module,
                                "__doc__": f"TF1 only: {why}. {advice}\n\nUsing it raises "
                                           f":class:`TF2UnsupportedError`.",
-                               "__tensorpack_status__": ("raises", advice)})
+                               "__tensorpack_status__": ("raises", note)})
     return cls
 
 
@@ -63,6 +69,7 @@ def tf1_only_function(name: str, module: str, why: str, advice: str) -> Callable
         backup_collection()   # raises TF2UnsupportedError
     """
     msg = _message(f"{module.replace('kerastrainer', 'tensorpack', 1)}.{name}", why, advice)
+    note = _note(why, advice)
 
     def fn(*args: Any, **kwargs: Any) -> Any:
         raise TF2UnsupportedError(msg)
@@ -70,7 +77,7 @@ def tf1_only_function(name: str, module: str, why: str, advice: str) -> Callable
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = module
     fn.__doc__ = f"TF1 only: {why}. {advice}\n\nCalling it raises :class:`TF2UnsupportedError`."
-    fn.__tensorpack_status__ = ("raises", advice)
+    fn.__tensorpack_status__ = ("raises", note)
     return fn
 
 
