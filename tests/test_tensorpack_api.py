@@ -154,7 +154,6 @@ def _subclass_of_hook():
 
 # how programs use them, with their arguments: (path, call, words the message must hold)
 USES = [
-    ("kerastrainer.tfutils.sesscreate.NewSessionCreator", lambda c: c(config=object()), "tf.config"),
     ("kerastrainer.callbacks.GraphProfiler", lambda c: c(dump_tracing=True), "tf.profiler"),
     ("kerastrainer.callbacks.hooks.HookToCallback", lambda c: _subclass_of_hook()(object()), "Callback"),
     ("kerastrainer.predict.OnlinePredictor", lambda c: c([], []), "OfflinePredictor"),

@@ -621,3 +621,39 @@ def test_variable_assignment_optimizer_from_model_optimizer_clips_after_each_upd
     for n in W0:
         np.testing.assert_allclose(trainer.named_variables()[n].numpy(), w[n], rtol=1e-5, atol=1e-6)
     assert np.abs(trainer.named_variables()["fc/W"].numpy()).max() <= 0.2 + 1e-7
+
+
+def test_session_creators_make_and_reuse_tf1_sessions():
+    from kerastrainer.tfutils import get_default_sess_config
+    from kerastrainer.tfutils.sesscreate import NewSessionCreator, ReuseSessionCreator, SessionCreatorAdapter
+    g = tf.Graph()
+    with g.as_default():
+        v = tfv1.get_variable("v", initializer=3.0)
+        local = tfv1.Variable(4.0, collections=[tfv1.GraphKeys.LOCAL_VARIABLES], name="local")
+        creator = NewSessionCreator(config=get_default_sess_config())
+        sess = creator.create_session()
+        assert creator.user_provided_config and sess.run([v, local]) == [3.0, 4.0]
+        assert ReuseSessionCreator(sess).create_session() is sess
+        wrapped = SessionCreatorAdapter(ReuseSessionCreator(sess), lambda s: ("wrapped", s)).create_session()
+        assert wrapped == ("wrapped", sess)
+        assert not NewSessionCreator().user_provided_config
+        sess.close()
+
+
+def test_session_update_assigns_by_name_in_a_session_and_eagerly(kt_log):
+    from kerastrainer.tfutils.varmanip import SessionUpdate
+    g = tf.Graph()
+    with g.as_default():
+        w = tfv1.get_variable("fc/W", shape=[2, 2], initializer=tfv1.zeros_initializer())
+        with tfv1.Session(graph=g) as sess:
+            sess.run(tfv1.global_variables_initializer())
+            SessionUpdate(sess, [w]).update({"fc/W:0": np.arange(4, dtype="float64")})   # reshaped, cast
+            np.testing.assert_array_equal(sess.run(w), [[0, 1], [2, 3]])
+    assert "reshaped" in kt_log.warnings()
+    e = tf.Variable(np.zeros(3, "float32"), name="e")
+    SessionUpdate(None, [e]).update({e.name: [1, 2, 3]})
+    np.testing.assert_array_equal(e.numpy(), [1, 2, 3])
+    with pytest.raises(ValueError, match="has shape"):
+        SessionUpdate(None, [e]).update({e.name: [1, 2]})
+    with pytest.raises(KeyError, match="not among the variables"):
+        SessionUpdate(None, [e]).update({"nope:0": 1})

@@ -42,7 +42,6 @@ import tensorflow as tf
 from .._internals import optimizer_slot_lists, optimizer_trainable_variables
 from ..utils import logger
 from ..utils.casting import cast_exactly, float_rounding
-from ..utils.tf1_only import tf1_only_class
 from .checkpoint_files import get_checkpoint_path, list_checkpoints
 
 __all__ = ["CheckpointLoadError", "CheckpointWriteError", "NonFiniteWeightsError", "FORMAT_KEY", "FORMAT_NAMED",
@@ -657,6 +656,50 @@ def dump_session_params(path: str, trainer=None) -> None:
     save_chkpt_vars(trainer.named_variables(), path)
 
 
-SessionUpdate = tf1_only_class(
-    "SessionUpdate", __name__, "there are no sessions to assign variables in",
-    "Load values by name with SmartInit(dict) / DictRestore, or assign them with variable.assign(value).")
+class SessionUpdate:
+    """Assign values to variables by name (tensorpack's): ``update({name: value})``, names as the
+    variables' ``v.name`` (``'fc/W:0'``). With a ``tf.compat.v1.Session`` (a TF1 graph-mode program)
+    the assignments run in it; with ``sess=None`` (eager variables: a trainer's) they are made
+    directly. A value of the variable's size in another shape is reshaped, with a warning, as
+    tensorpack did; another size is an error naming the variable.
+
+    Example::
+
+        SessionUpdate(None, trainer.trainable_variables).update({'fc/W:0': w})
+    """
+
+    def __init__(self, sess, vars_to_update):
+        self.sess = sess
+        self.name_map = {v.name: v for v in vars_to_update}
+
+    @staticmethod
+    def relaxed_value_for_var(value, var, ignore_mismatch: bool = False):
+        """``value`` in ``var``'s shape and dtype (None, with ``ignore_mismatch``, where it cannot be)."""
+        name = var.name
+        value = np.asarray(value)
+        shape = tuple(var.shape.as_list()) if hasattr(var.shape, "as_list") else tuple(var.shape)
+        if value.shape != shape:
+            if value.size != int(np.prod(shape)):
+                if ignore_mismatch:
+                    logger.warning("SessionUpdate: %s has shape %s, the value %s; it is not loaded.", name, shape,
+                                   value.shape)
+                    return None
+                raise ValueError(f"SessionUpdate: {name} has shape {shape}, the value {value.shape}.")
+            logger.warning("SessionUpdate: the value for %s is reshaped from %s to %s.", name, value.shape, shape)
+            value = value.reshape(shape)
+        return value.astype(var.dtype.as_numpy_dtype)
+
+    def update(self, prms: Dict[str, object]) -> None:
+        """Assign each ``{name: value}`` of ``prms``."""
+        unknown = [n for n in prms if n not in self.name_map]
+        if unknown:
+            raise KeyError(f"SessionUpdate.update: {unknown} are not among the variables to update "
+                           f"({sorted(self.name_map)[:10]}...).")
+        for name, value in prms.items():
+            var = self.name_map[name]
+            value = self.relaxed_value_for_var(value, var)
+            if self.sess is None:
+                var.assign(value)
+            else:
+                with self.sess.graph.as_default():
+                    self.sess.run(var.initializer, feed_dict={var.initializer.inputs[1]: value})
