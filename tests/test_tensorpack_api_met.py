@@ -266,3 +266,104 @@ def test_draw_boxes_takes_a_float_image_as_tensorpack():
     assert (out[3, 2:31] == (0, 255, 0)).all()                                   # the box's top edge
     gray = viz.draw_boxes(img.mean(axis=2).astype("float32")[:, :, None], [[1, 1, 10, 10]])
     assert gray.shape == (40, 50, 3) and gray.dtype == np.uint8
+
+
+# --- 10. tensorpack 0.11's modules that were absent at their path ---------------------------------
+def test_alias_modules_at_tensorpack_paths_hold_the_same_objects():
+    from kerastrainer import callbacks, train
+    from kerastrainer.callbacks import stats
+    from kerastrainer.graph_builder import model_desc
+    from kerastrainer.graph_builder.utils import LeastLoadedDeviceSetter
+    from kerastrainer.models import utils as mutils
+    from kerastrainer.models.registry import VariableHolder
+    from kerastrainer.train import utility
+    from kerastrainer.utils import compatible_serialize, naming, serialize
+    assert (stats.DumpParamAsImage, stats.InjectShell, stats.SendStat) == (
+        callbacks.DumpParamAsImage, callbacks.InjectShell, callbacks.SendStat)
+    assert model_desc.ModelDesc is train.ModelDesc and model_desc.ModelDescBase is train.ModelDescBase
+    assert utility.LeastLoadedDeviceSetter is LeastLoadedDeviceSetter and mutils.VariableHolder is VariableHolder
+    assert compatible_serialize.loads is serialize.loads
+    x = {"a": np.arange(3)}
+    np.testing.assert_array_equal(compatible_serialize.loads(compatible_serialize.dumps(x))["a"], x["a"])
+    assert (naming.MOVING_SUMMARY_OPS_KEY, naming.GLOBAL_STEP_INCR_OP_NAME) == ("MOVING_SUMMARY_OPS",
+                                                                               "global_step_incr")
+    calls = []
+
+    @mutils.disable_autograph()
+    def branchy(t):
+        calls.append(tf.executing_eagerly())
+        return t + 1
+    assert float(tf.function(lambda t: branchy(t))(tf.constant(1.0))) == 2.0 and calls == [False]
+
+
+def test_static_dynamic_shape():
+    from kerastrainer.models.shape_utils import StaticDynamicAxis, StaticDynamicShape
+    seen = {}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3, None, 10], tf.float32)])
+    def f(x):
+        shape = StaticDynamicShape(x)
+        shape.apply(1, lambda d: d * 3)
+        shape.apply(2, lambda d: d + 5)
+        seen["static"] = list(shape.get_static())
+        seen["ints"] = [d for d in shape.get_dynamic() if isinstance(d, int)]
+        return tf.stack(shape.get_dynamic())
+
+    assert f(tf.zeros([2, 3, 4, 10])).numpy().tolist() == [2, 9, 9, 10]
+    assert seen == {"static": [None, 9, None, 10], "ints": [9, 10]}
+    axis = StaticDynamicAxis(None, tf.constant(4)).apply(lambda d: d * 2)
+    assert axis.static is None and int(axis.dynamic) == 8
+    assert StaticDynamicAxis(3, 3).apply(lambda d: d + 1).static == 4
+
+
+def test_develop_helpers(kt_log):
+    from kerastrainer.utils import develop
+    Missing = develop.create_dummy_class("LMDBData", "lmdb")
+    with pytest.raises(ImportError, match="Cannot import 'lmdb', therefore 'LMDBData' is not available"):
+        Missing("path")
+    with pytest.raises(AttributeError, match="'lmdb'"):
+        Missing.from_path
+    with pytest.raises(ImportError, match="'cv2,PIL'.*'imread'"):
+        develop.create_dummy_func("imread", ["cv2", "PIL"])("x.png")
+
+    @develop.deprecated("Use new() instead.", max_num_warnings=2)
+    def old(v):
+        return v * 2
+    assert [old(1), old(2), old(3)] == [2, 4, 6]
+    warned = [m for m in kt_log.warnings().splitlines() if "[Deprecated] old [" in m]
+    assert len(warned) == 2 and "was deprecated. Use new() instead." in warned[0]
+    develop.log_deprecated("thing", "Gone.", eos="2027-01-05")
+    assert "[Deprecated] thing will be deprecated after 05 Jan. Gone." in kt_log.warnings()
+    assert develop.HIDE_DOC(old).__HIDE_SPHINX_DOC__ is True
+    scope = {}
+    lazy = develop.LazyLoader("js", scope, "json")
+    scope["js"] = lazy
+    assert lazy.dumps([1]) == "[1]" and scope["js"].__name__ == "json" and scope["js"] is not lazy
+
+
+def test_enable_call_trace_prints_calls(capsys):
+    import sys
+    from kerastrainer.utils.debug import enable_call_trace
+
+    def inner():
+        return 1
+
+    before = sys.gettrace()
+    enable_call_trace()
+    try:
+        inner()
+    finally:
+        sys.settrace(before)
+    assert "Call to `inner` on line" in capsys.readouterr().out
+
+
+def test_between_graph_distributed_names_raise_naming_the_multi_worker_trainers():
+    from kerastrainer.graph_builder import distributed
+    from kerastrainer.tfutils.distributed import get_distributed_session_creator
+    from kerastrainer.train.utility import override_to_local_variable
+    from kerastrainer.utils.tf1_only import TF2UnsupportedError
+    for make in (lambda: distributed.DistributedReplicatedBuilder([0], "server"),
+                 lambda: distributed.DistributedParameterServerBuilder([0], "server", "cpu"),
+                 lambda: get_distributed_session_creator(None), lambda: override_to_local_variable()):
+        with pytest.raises(TF2UnsupportedError, match="MultiWorkerTrainer"):
+            make()
