@@ -7,8 +7,8 @@ Origin: https://github.com/keras-team/keras-io/blob/master/guides/functional_api
 Edits, each marked ``# EDIT``:
 - the adoption: ``model.fit(...)`` -> ``KerasModel(model).fit(...)`` with the same arguments, and
   ``evaluate`` / ``predict`` through the same runner;
-- for the test: ``metrics`` per output added to compile (the guide compiles losses only), 96 samples
-  (not 1280), titles of 6 and bodies of 12 tokens (not 10 and 100), ``num_words`` 100 (not 10000),
+- for the test: ``metrics`` per output added to compile (the guide compiles losses only), 88 samples
+  (not 1280: the last batch of 32 is partial, 24), titles of 6 and bodies of 12 tokens (not 10 and 100), ``num_words`` 100 (not 10000),
   ``shuffle=False`` and ``verbose=0``, a seed and ``clear_session``, no plot_model; a function
   returning what the test compares. The dummy data is the guide's own (int64 token ids, float64
   priority targets, int64 department targets).
@@ -66,13 +66,13 @@ def program(use_kerastrainer: bool):  # EDIT: a function
     )
 
     # Dummy input data
-    title_data = np.random.randint(num_words, size=(96, 6))  # EDIT: (1280, 10)
-    body_data = np.random.randint(num_words, size=(96, 12))  # EDIT: (1280, 100)
-    tags_data = np.random.randint(2, size=(96, num_tags)).astype("float32")  # EDIT: 1280
+    title_data = np.random.randint(num_words, size=(88, 6))  # EDIT: (1280, 10)
+    body_data = np.random.randint(num_words, size=(88, 12))  # EDIT: (1280, 100)
+    tags_data = np.random.randint(2, size=(88, num_tags)).astype("float32")  # EDIT: 1280
 
     # Dummy target data
-    priority_targets = np.random.random(size=(96, 1))  # EDIT: 1280
-    dept_targets = np.random.randint(2, size=(96, num_departments))  # EDIT: 1280
+    priority_targets = np.random.random(size=(88, 1))  # EDIT: 1280
+    dept_targets = np.random.randint(2, size=(88, num_departments))  # EDIT: 1280
 
     initial = [w.numpy() for w in model.weights]  # EDIT: for the test
     runner = KerasModel(model) if use_kerastrainer else model  # EDIT: the adoption
