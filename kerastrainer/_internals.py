@@ -608,14 +608,18 @@ def convert_variables_to_constants(concrete_function):
     return convert_variables_to_constants_v2(concrete_function)
 
 
-def fresh_tf1_variable_store():
+def fresh_tf1_variable_store(known: Optional[dict] = None):
     """A context with a new TF1 name -> variable table (``variable_scope._VariableStore``): TF2 shares
-    one between traces, and no public API replaces it. A TF without it gets a null context (a
-    second trace then fails loudly with duplicate names; nothing changes silently)."""
+    one between traces, and no public API replaces it. ``known`` ({name: variable}) fills the table
+    (its ``_vars``), so that a ``get_variable`` under ``reuse=True`` (a replica's thread in
+    ``MirroredStrategy``) finds the variables an earlier trace made. A TF without it gets a null
+    context (a second trace then fails loudly with duplicate names; nothing changes silently)."""
     _tf()
     try:
         from tensorflow.python.ops import variable_scope as vs
-        return vs.with_variable_store(vs._VariableStore())
+        store = vs._VariableStore()
+        store._vars.update(known or {})
+        return vs.with_variable_store(store)
     except (ImportError, AttributeError):
         return nullcontext()
 

@@ -368,3 +368,57 @@ def test_a_getter_that_returns_another_shape_is_an_error(fresh_store):
     with tfv1.variable_scope("t", custom_getter=transpose), pytest.raises(ValueError) as e:
         FullyConnected("fc", tf.ones([2, 3]), 2, use_bias=False)
     assert "transpose" in str(e.value) and "'t/fc'" in str(e.value) and "shape" in str(e.value)
+
+
+class _TernaryWithOwnScales(_Classifier):
+    """Trained Ternary Quantization's pattern (DoReFa-Net's dorefa.ternarize): the getter makes scale
+    variables of its own with tf.get_variable, in the layer's variable scope."""
+    input_shape = (None, 5)
+
+    def logits(self, x):
+        def ternarize(getter, name, *args, **kwargs):
+            w = getter(name, *args, **kwargs)
+            if not name.endswith("/W"):
+                return w
+            wp = tfv1.get_variable("Wp", initializer=1.0, dtype=tf.float32)
+            thresh = tf.stop_gradient(tf.reduce_max(tf.abs(w)) * 0.05)
+            mask = tf.cast(tf.abs(w) > thresh, tf.float32)
+
+            @tf.custom_gradient
+            def _sign(v):
+                return tf.sign(v) * mask, lambda dy: dy
+            return _sign(w) * wp
+        with tfv1.variable_scope("t", custom_getter=ternarize):
+            return FullyConnected("fc", x, 3)
+
+
+@pytest.mark.parametrize("replicated", [False, True], ids=["simple", "replicated-2-cpus"])
+def test_a_getter_that_makes_variables_of_its_own(replicated):
+    trainer = SyncMultiGPUTrainerReplicated(cpus(2), steps_per_call=1) if replicated else SimpleTrainer(steps_per_call=1)
+    trained, init = _train(_TernaryWithOwnScales(), _vectors(), trainer=trainer, epochs=2)
+    v = _numpy_vars(trained)
+    assert sorted(v) == ["t/fc/W", "t/fc/Wp", "t/fc/b"]
+    assert v["t/fc/Wp"] != init["t/fc/Wp"] and np.abs(v["t/fc/W"] - init["t/fc/W"]).max() > 0   # both train
+    x = np.stack([p[0] for p in _vectors()[:4]])
+    logits, = trained.get_predictor(["x"], ["logits"])(x)
+    W = v["t/fc/W"]
+    ternary = np.sign(W) * (np.abs(W) > np.abs(W).max() * 0.05) * v["t/fc/Wp"]
+    np.testing.assert_allclose(logits, x @ ternary + v["t/fc/b"], rtol=1e-5, atol=1e-5)
+
+
+class _ScaleByGetVariable(_Classifier):
+    input_shape = (None, 5)
+
+    def logits(self, x):
+        with tfv1.variable_scope("head"):
+            s = tfv1.get_variable("scale", initializer=1.0)
+        return FullyConnected("fc", x, 3) * s
+
+
+def test_get_variable_in_the_second_replica_finds_the_variable():
+    # MirroredStrategy traces replica 1 under variable_scope(reuse=True): its get_variable must find
+    # the store's variable (it raised "Variable head/scale does not exist")
+    trained, init = _train(_ScaleByGetVariable(), _vectors(), trainer=SyncMultiGPUTrainerReplicated(
+        cpus(2), steps_per_call=1))
+    v = _numpy_vars(trained)
+    assert sorted(v) == ["fc/W", "fc/b", "head/scale"] and v["head/scale"] != init["head/scale"]

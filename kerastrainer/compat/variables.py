@@ -35,6 +35,10 @@ def tf1_variables_in_store(store: LayerStore):
 
     # TF2 shares TF1's variable table between traces (and models): without a fresh table a
     # second trace of the tower would see its own variables as duplicates. The layer store,
-    # reached through the creator above, is what shares variables across traces and towers.
-    with fresh_tf1_variable_store(), tf.variable_creator_scope(creator):
+    # reached through the creator above, is what shares variables across traces and towers. A tower
+    # entered under reuse=True (a replica's thread in MirroredStrategy) gets a table that starts with
+    # the store's variables, which its get_variable must find there; elsewhere TF1 may refuse a name
+    # already in the table (reuse=False: eager code, a v1 graph), so the creator shares them instead.
+    known = dict(store.raw_variables) if tf.compat.v1.get_variable_scope().reuse is True else None
+    with fresh_tf1_variable_store(known), tf.variable_creator_scope(creator):
         yield
