@@ -37,7 +37,8 @@ import tensorflow as tf
 
 from .._internals import tf_variable_of
 
-__all__ = ["active_custom_getter", "through_custom_getters", "TF1VariableView", "custom_getter_names"]
+__all__ = ["active_custom_getter", "through_custom_getters", "TF1VariableView", "GetterBoundLayer",
+           "custom_getter_names"]
 
 
 def active_custom_getter() -> Optional[Callable]:

@@ -70,9 +70,9 @@ def freeze_variables(stop_gradient: bool = True, skip_collection: bool = False) 
 
     Args:
         stop_gradient: layers see ``tf.stop_gradient(variable)``: no gradient reaches a trainable
-            variable through its uses in the scope (nor flows through the layer to its variable;
-            its input still gets gradients). Uses of the variable elsewhere (weight decay by
-            name, a reuse outside the scope) still give it gradients.
+            variable through its uses in the scope (the layer's input still gets its gradient).
+            Uses of the variable elsewhere (weight decay by name, a reuse outside the scope) still
+            give it gradients, as in tensorpack.
         skip_collection: a trainable variable *created* in the scope is made non-trainable: the
             trainer leaves it out of the trained variables (TF1: out of ``TRAINABLE_VARIABLES``).
             It is still saved and restored. A variable created before, outside the scope, keeps
