@@ -114,6 +114,43 @@ if not out["mode_before"]["eager"]:
     out["tf1_after"] = program_tf1_code("after")
 
 
+class GANModel(ModelDesc):
+    def inputs(self):
+        return [v1.placeholder(tf.float32, (None, 3), "x")]
+
+    def build_graph(self, x):
+        with v1.variable_scope("gen"):
+            g = FullyConnected("fc", x, 3)
+        with v1.variable_scope("discrim"):
+            d = FullyConnected("fc", g, 1)
+        self.g_loss = tf.reduce_mean(tf.square(d - 1), name="g_loss")
+        self.d_loss = tf.reduce_mean(tf.square(d), name="d_loss")
+        self.g_vars = v1.trainable_variables("gen")
+        self.d_vars = v1.trainable_variables("discrim")
+
+    def optimizer(self):
+        return v1.train.AdamOptimizer(1e-3)
+
+
+class GANTrainer(TowerTrainer):   # tensorpack's custom trainer form (GAN.py's)
+    def __init__(self, input, model):
+        super().__init__()
+        self.register_callback(input.setup(model.get_input_signature()))
+        self.tower_func = TowerFunc(model.build_graph, model.get_input_signature())
+        with TowerContext("", is_training=True):
+            self.tower_func(*input.get_input_tensors())
+        opt = model.get_optimizer()
+        g_min = opt.minimize(model.g_loss, var_list=model.g_vars)
+        with tf.control_dependencies([g_min]):
+            self.train_op = opt.minimize(model.d_loss, var_list=model.d_vars)
+
+
+gan = GANTrainer(QueueInput(BatchData(DataFromList([[a] for a in X], shuffle=False), 4)), GANModel())
+gan.train_with_defaults(steps_per_epoch=3, max_epoch=2)
+out["gan_global_step"] = gan.global_step
+out["mode_after_gan"] = mode()
+
+
 class P(ModelDesc):   # an inference-only model, as an inference script has
     def inputs(self):
         return [v1.placeholder(tf.float32, (None, 3), "x")]
@@ -173,6 +210,8 @@ def _check_graph_mode_program(result, variant):
     assert result["mode_after_simple"] == mode and result["mode_after_replicated"] == mode
     # its own TF1 code before and after: a kerastrainer layer on a placeholder, run by a Session
     assert result["tf1_before"] == [[3.0, 3.0]] and result["tf1_after"] == [[3.0, 3.0]]
+    # a tensorpack custom trainer (TowerTrainer subclass) made and trained in that program
+    assert result["gan_global_step"] == 6 and result["mode_after_gan"] == mode
     # an OfflinePredictor built and called in that program, which stays in its mode
     assert result["predicted"] == [[[3.0, 3.0]]] * 2 and result["mode_after_predictor"] == mode
     _check_trained_as_reference(result)
@@ -202,6 +241,7 @@ def test_eager_program_trains_as_reference_and_stays_eager(tmp_path):
     assert result["mode_after_simple"] == EAGER_MODE and result["mode_after_replicated"] == EAGER_MODE
     _check_trained_as_reference(result)
     assert result["predicted"] == [[[3.0, 3.0]]] * 2 and result["mode_after_predictor"] == EAGER_MODE
+    assert result["gan_global_step"] == 6 and result["mode_after_gan"] == EAGER_MODE
     assert "eager execution is off in this program" not in out
 
 

@@ -48,6 +48,7 @@ import tensorflow as tf
 from .._internals import tf1_default_session
 from ..callbacks.base import Callback
 from ..input_source.base import InputCallbacks, InputSource, InputSourceError
+from ..tfutils.extensions import launch_contexts
 from ..tfutils.global_step import global_step_of, set_current_global_step
 from ..tfutils.layer_store import LayerStore, log_layer_shapes
 from ..tfutils.tower import TowerContext, TowerFunc, get_current_tower_context, record_tower_contexts
@@ -69,7 +70,9 @@ def _builds_graph(init: Callable) -> Callable:
     """Wrap a subclass's ``__init__`` so that its body is graph construction in the trainer's graph."""
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        with self._building(candidates=list(args) + list(kwargs.values())):
+        # launch_contexts: a program in TF1 graph mode (eager turned off) gets eager set-up
+        with launch_contexts(f"{type(self).__name__}.__init__"), \
+                self._building(candidates=list(args) + list(kwargs.values())):
             init(self, *args, **kwargs)
     __init__._kerastrainer_builds_graph = True
     return __init__
