@@ -138,6 +138,20 @@ def test_accum_grad_applies_the_sum_of_k_steps_through_the_optimizer_every_kth_s
     assert int(inner.iterations.numpy()) == 2   # the wrapped optimizer ran twice in 6 steps
 
 
+def test_accum_grad_in_an_xla_compiled_step():
+    data, rec = Batches(n=6), RecordWeights()
+    trainer = SimpleTrainer(steps_per_call=3, jit_compile=True)
+    cfg = TrainConfig(model=Linear(lambda: AccumGradOptimizer(_keras_momentum(), 3)), dataflow=data,
+                      callbacks=[SetWeights(), rec], extra_callbacks=[], monitors=[], max_epoch=1)
+    launch_train_with_config(cfg, trainer)
+    assert trainer.use_xla and trainer.xla_region == "step"
+    expected = _momentum_reference(data.batches, 3)
+    assert [s for s, _ in rec.seen] == [3, 6]
+    for step, weights in rec.seen:
+        for n in W0:
+            np.testing.assert_allclose(weights[n], expected[step - 1][n], rtol=1e-5, atol=1e-6)
+
+
 def test_accum_grad_with_adam_advances_adam_only_on_applying_steps():
     k = 2
     data = Batches(n=4)
