@@ -367,3 +367,34 @@ def test_between_graph_distributed_names_raise_naming_the_multi_worker_trainers(
                  lambda: get_distributed_session_creator(None), lambda: override_to_local_variable()):
         with pytest.raises(TF2UnsupportedError, match="MultiWorkerTrainer"):
             make()
+
+
+# --- 7. ProgressBar of a tower tensor that is not the cost -------------------------------------------
+class ErrorNamed(MLP):
+    def build_graph(self, x, y):
+        from kerastrainer.tfutils import add_moving_summary
+        logits = FullyConnected("fc2", FullyConnected("fc1", x, 16, activation=tf.nn.relu), 3)
+        wrong = tf.cast(tf.not_equal(tf.argmax(logits, 1, output_type=tf.int32), y), tf.float32)
+        err = tf.reduce_mean(wrong, name="train_error")          # named only, as tensorpack's programs do
+        add_moving_summary(tf.identity(err, name="err_summary"))  # the same value, as a summary (the check)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+
+
+def test_progress_bar_shows_a_tower_tensor():
+    from kerastrainer.callbacks import ProgressBar
+    pb = ProgressBar(["cost", "train_error"])
+    shown, outputs = [], []
+
+    class Look(Callback):
+        def _trigger_step(self):
+            shown.append(pb._bar.postfix)
+            outputs.append(dict(self.trainer.last_step_outputs))
+
+    _train([pb, Look()], model=ErrorNamed(), max_epoch=2)
+    assert shown and all("train_error=" in s and "cost=" in s for s in shown), shown
+    for out in outputs:
+        assert out["_fetch:train_error"] == pytest.approx(out["err_summary"], abs=1e-6)
+    assert "train_error" not in outputs[-1]   # reported for the bar, not as a statistic of the run
+    bad = ProgressBar(["no_such_tensor"])
+    with pytest.raises(ValueError, match="(?s)ProgressBar.*'no_such_tensor'"):
+        _train([bad])

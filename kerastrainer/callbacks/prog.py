@@ -42,12 +42,17 @@ def humanize_seconds(sec: float) -> str:
 class ProgressBar(Callback):
     """A tqdm progress bar over each epoch's steps, advanced by the steps of each call.
 
-    The bar's postfix shows the named entries of ``trainer.last_step_outputs`` (the
-    last call's averages). On a stream that is not a terminal it refreshes at most
+    The bar's postfix shows the named values after each call: entries of
+    ``trainer.last_step_outputs`` (the cost, moving summaries: the last call's averages), or,
+    as tensorpack fetched them each step, scalar tensors named in the tower
+    (``tf.reduce_mean(wrong, name='train_error')``), which the train step then reports too (their
+    mean over the call's steps). On a stream that is not a terminal it refreshes at most
     once a minute, so logs stay short. Chief only.
 
     Args:
-        names: the outputs to show; missing ones are skipped with a warning.
+        names: the outputs to show. A name the train step can fetch from the tower is fetched (a
+            name the tower lacks is then an error when the step is traced); a trainer that cannot
+            (a custom trainer's step) shows what its outputs have and warns about the rest.
 
     Example::
 
@@ -62,6 +67,13 @@ class ProgressBar(Callback):
         self._names = list(names)
         self._bar = None
         self._missing_warned = set()
+
+    def _setup_graph(self):
+        # the trainer's own 'cost' is always among the outputs; the rest may be tower tensors
+        wanted = [n for n in self._names if n != "cost" and not n.startswith("_")]
+        runner = self.trainer.step_runner
+        if wanted and runner is not None:
+            runner.add_fetches(wanted)
 
     def _before_epoch(self):
         from tqdm import tqdm
@@ -81,8 +93,9 @@ class ProgressBar(Callback):
         outputs = self.trainer.last_step_outputs
         post = {}
         for n in self._names:
-            if n in outputs:
-                post[n] = f"{float(outputs[n]):.4g}"
+            value = outputs.get(n, outputs.get("_fetch:" + n))
+            if value is not None:
+                post[n] = f"{float(value):.4g}"
             elif n not in self._missing_warned:
                 self._missing_warned.add(n)
                 logger.warn("ProgressBar: '%s' is not among the train call's outputs (%s).",

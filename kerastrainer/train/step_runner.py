@@ -20,7 +20,7 @@ import abc
 import dataclasses
 import functools
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -61,6 +61,11 @@ class StepRunner(abc.ABC):
 
     def disable_xla(self, reason: str) -> None:
         """Run without XLA from now on (before the first call); no-op where XLA is not used."""
+
+    def add_fetches(self, names: Sequence[str]) -> bool:
+        """Report the tower's scalar tensors ``names`` after each call (their mean over the call's
+        steps, as the step output ``'_fetch:<name>'``); False where this runner cannot."""
+        return False
 
 
 class NoOpStepRunner(StepRunner):
@@ -106,6 +111,18 @@ class FunctionStepRunner(StepRunner):
     def disable_xla(self, reason: str) -> None:
         if self.xla.disable(reason):
             self._build()
+
+    def add_fetches(self, names: Sequence[str]) -> bool:
+        known = set(self.stats.names)   # the cost and the moving summaries are reported already
+        names = tuple(dict.fromkeys(tuple(self.spec.fetch_names) + tuple(n for n in names if n not in known)))
+        if names == tuple(self.spec.fetch_names):
+            return True
+        if self.traced:
+            raise RuntimeError(f"Tower tensors {list(names)} are asked for after the train step was traced: "
+                               "ask in a callback's setup_graph.")
+        self.spec = dataclasses.replace(self.spec, fetch_names=names)
+        self._build()
+        return True
 
     def run(self, k: int) -> StepResult:
         source = self.spec.source

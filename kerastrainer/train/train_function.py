@@ -27,6 +27,7 @@ import keras
 import tensorflow as tf
 
 from .._internals import with_keras_random_state
+from ..tfutils.tower import TowerTensorHandle
 from ..utils.devices import current_replica_index
 from .step_result import PackedStats
 
@@ -65,6 +66,8 @@ class StepSpec:
         global_step: the step variable, advanced in-graph every step.
         reduce_gradients: the trainer's own reduction of a replica's gradients (Horovod), or None.
         xla_region: ``'step'``, ``'forward_backward'`` or None.
+        fetch_names: scalar tensors named in the tower that callbacks asked for (``ProgressBar``):
+            the main tower's, reported as ``'_fetch:<name>'``, their mean over the call's steps.
     """
 
     strategy: tf.distribute.Strategy
@@ -76,6 +79,24 @@ class StepSpec:
     global_step: tf.Variable
     reduce_gradients: Optional[Callable[[List], List]] = None
     xla_region: Optional[str] = None
+    fetch_names: Tuple[str, ...] = ()
+
+
+def fetch_key(name: str) -> str:
+    """The step output under which the tower tensor ``name`` asked for by a callback is reported."""
+    return "_fetch:" + name
+
+
+def _tower_scalar(ctx, inputs, costs, name: str, signature):
+    """The scalar tensor ``name`` of the tower just traced in ``ctx``, as float32."""
+    try:
+        t = TowerTensorHandle(ctx, inputs, costs, signature).get_tensor(name)
+    except KeyError as e:
+        raise ValueError(f"A callback (ProgressBar) asked for the tower tensor '{name}' each step: {e.args[0]}") from None
+    if t.shape.rank not in (0, None):
+        raise ValueError(f"The tower tensor '{name}' asked for each step (ProgressBar) has shape {t.shape}; "
+                         f"only scalars are reported: name a scalar, e.g. tf.reduce_mean(x, name='{name}').")
+    return tf.cast(tf.reshape(t, []), tf.float32)
 
 
 def build_train_function(spec: StepSpec) -> Tuple[tf.types.experimental.PolymorphicFunction, PackedStats]:
@@ -125,6 +146,9 @@ def build_train_function(spec: StepSpec) -> Tuple[tf.types.experimental.Polymorp
             # still poison the gradients: the non-finite check looks at both
             finite = [tf.reduce_all(tf.math.is_finite(g)) for gs in grads for g in gs if g is not None]
             outs = {cost_keys[c]: costs32[c] for c in cost_names}
+            for n in spec.fetch_names:   # the main tower's, as summaries; the others add zeros
+                outs[fetch_key(n)] = _tower_scalar(ctx, inputs, costs, n, tower.input_signature) if rid == 0 \
+                    else tf.constant(0.0)
             outs[NONFINITE_GRADS] = 1.0 - tf.cast(tf.reduce_all(finite) if finite else True, tf.float32)
             for n in summary_names:
                 # only the main tower records summaries; the others add zeros to the sum
@@ -185,7 +209,7 @@ def build_train_function(spec: StepSpec) -> Tuple[tf.types.experimental.Polymorp
     # a tower that updates itself (a Keras train_step) returns running statistics (Keras metrics'
     # results): a call reports its last step's, not their mean
     latest = not any(o.applied for o in objectives)
-    acc_names = list(cost_keys.values()) + summary_names
+    acc_names = list(cost_keys.values()) + summary_names + [fetch_key(n) for n in spec.fetch_names]
     mean_names = set(cost_keys.values())
 
     def one_step(replica_step, feeds):
