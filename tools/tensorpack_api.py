@@ -63,6 +63,27 @@ NOT_API_PAIRS = {
 }
 MISSING_NEEDS: dict = {}   # (module, name) -> what it needs: none left
 
+# tensorpack 0.11's modules that export no name (`__all__ = []`, or none: imported by path only),
+# so the lists above never see them; each is at kerastrainer's same path (tests/test_tensorpack_api_met.py).
+# Left out: tests (`*_test`, `unit_tests`) and private modules (`models._old_batch_norm`).
+MODULES_WITHOUT_NAMES = {
+    "tensorpack.callbacks.stats": "alias: DumpParamAsImage, InjectShell, SendStat (callbacks/graph.py, misc.py)",
+    "tensorpack.compat.tensor_spec": "tf.TensorSpec (TF 2.21 has it): not at kerastrainer.compat.tensor_spec yet",
+    "tensorpack.graph_builder.distributed": "the between-graph builders raise TF2UnsupportedError (no "
+                                            "tf.train.Server sessions in TF2): MultiWorkerTrainer, HorovodTrainer",
+    "tensorpack.graph_builder.model_desc": "alias: ModelDesc, ModelDescBase (train/model_desc.py)",
+    "tensorpack.models.shape_utils": "StaticDynamicShape, StaticDynamicAxis, StaticLazyAxis, DynamicLazyAxis",
+    "tensorpack.models.utils": "VariableHolder, disable_autograph",
+    "tensorpack.tfutils.distributed": "get_distributed_session_creator raises TF2UnsupportedError (no sessions)",
+    "tensorpack.train.utility": "alias: LeastLoadedDeviceSetter; override_to_local_variable and "
+                                "OverrideToLocalVariable raise (between-graph training only)",
+    "tensorpack.utils.compatible_serialize": "alias: loads, dumps (utils/serialize.py)",
+    "tensorpack.utils.debug": "enable_call_trace",
+    "tensorpack.utils.develop": "create_dummy_class, create_dummy_func, building_rtfd, log_deprecated, deprecated, "
+                                "HIDE_DOC, LazyLoader",
+    "tensorpack.utils.naming": "GLOBAL_STEP_INCR_OP_NAME, MOVING_SUMMARY_OPS_KEY",
+}
+
 
 # --------------------------------------------------------------------------- sources
 class SourceTree:
@@ -728,6 +749,11 @@ def write_md(rows, path):
             note = rs[0]["note"].replace("|", "\\|").replace("\n", " ")
             lines.append(f"| `{name}` | {at} | {note} |")
         lines.append("")
+    lines += ["## Modules that export no name", "",
+              "tensorpack 0.11's modules imported by path only (`__all__ = []` or none), at the same path:", "",
+              "| module | what it holds in kerastrainer |", "| --- | --- |"]
+    lines += [f"| `{m}` | {note} |" for m, note in sorted(MODULES_WITHOUT_NAMES.items())]
+    lines.append("")
     by_mod = {}
     for r in rows:
         by_mod.setdefault(r["module"], []).append(r)
