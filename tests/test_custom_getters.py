@@ -422,3 +422,26 @@ def test_get_variable_in_the_second_replica_finds_the_variable():
         cpus(2), steps_per_call=1))
     v = _numpy_vars(trained)
     assert sorted(v) == ["fc/W", "fc/b", "head/scale"] and v["head/scale"] != init["head/scale"]
+
+
+def test_a_layer_made_with_kerastrainers_get_variable_goes_through_the_getter(fresh_store):
+    # PReLU makes its alpha with get_variable, as tensorpack's with tf.get_variable
+    from kerastrainer import PReLU
+    x = tf.constant([[-1., 2.]])
+    names = []
+
+    def doubled(getter, name, *args, **kwargs):
+        names.append(name)
+        return getter(name, *args, **kwargs) * 2.
+    with tfv1.variable_scope("d", custom_getter=doubled):
+        y = PReLU("prelu", x, init=0.25)
+    assert names == ["d/prelu/alpha"]
+    np.testing.assert_allclose(y.numpy(), [[-0.5, 2.]])                   # alpha 0.25 seen as 0.5
+    with tf.GradientTape() as tape, freeze_variables():
+        loss = tf.reduce_sum(PReLU("prelu2", x))
+    assert tape.gradient(loss, fresh_store.named_variables()["prelu2/alpha"]) is None
+    with freeze_variables(stop_gradient=False, skip_collection=True):
+        PReLU("prelu3", x)                               # created here: made non-trainable
+        PReLU("prelu2", x)                               # made before (stop_gradient only): stays trainable
+    v = fresh_store.named_variables()
+    assert not v["prelu3/alpha"].trainable and v["prelu2/alpha"].trainable

@@ -37,8 +37,8 @@ import tensorflow as tf
 
 from .._internals import tf_variable_of
 
-__all__ = ["active_custom_getter", "through_custom_getters", "TF1VariableView", "GetterBoundLayer",
-           "custom_getter_names"]
+__all__ = ["active_custom_getter", "through_custom_getters", "variable_through_custom_getter", "TF1VariableView",
+           "GetterBoundLayer", "custom_getter_names"]
 
 
 def active_custom_getter() -> Optional[Callable]:
@@ -188,10 +188,16 @@ class _GetterCall:
         return ValueError(f"The custom getter {custom_getter_names(self.getter)} of the variable scope around layer "
                           f"'{self.key}' {what}")
 
-    def resolve(self, full: str, var) -> Optional[tf.Tensor]:
-        """What the getter returns for ``var`` (named ``full``): a tensor to compute with, or None
-        when it is the variable itself."""
-        view = TF1VariableView(var, full)
+    def resolve(self, full: str, var=None, make: Optional[Callable[[bool], object]] = None,
+                spec: Optional[tuple] = None) -> Tuple[object, Optional[tf.Tensor]]:
+        """Run the getter for the variable named ``full``: ``var``, or one ``make(trainable)`` creates
+        with the trainability the getter asks (TF1's order: the getter runs before the creation;
+        ``spec`` = (shape, dtype, trainable) as asked). Returns the variable and the tensor to
+        compute with, or None when the getter returned the variable itself."""
+        if var is not None:
+            spec = (tf.TensorShape(var.shape), tf.as_dtype(var.dtype), bool(var.trainable))
+        want_shape, want_dtype, want_trainable = spec
+        got = {}
 
         def true_getter(name=None, shape=None, dtype=None, initializer=None, regularizer=None, reuse=None,
                         trainable=None, collections=None, caching_device=None, partitioner=None,
@@ -202,19 +208,24 @@ class _GetterCall:
                 raise self.error(f"asked for the variable '{name}' where the layer reads '{full}'. A getter that "
                                  "renames or adds variables cannot give a Keras layer other weights: keep the name "
                                  "it was given, and create extra variables with tf.compat.v1.get_variable.")
-            if shape is not None and not tf.TensorShape(shape).is_compatible_with(view.shape):
+            if shape is not None and not tf.TensorShape(shape).is_compatible_with(want_shape):
                 raise self.error(f"asked for '{full}' with shape {tf.TensorShape(shape)}; the layer's variable has "
-                                 f"shape {view.shape}.")
-            if trainable is False and var.trainable and self.created:
-                var.trainable = False   # TF1 created it outside TRAINABLE_VARIABLES: not trained
-            return view
+                                 f"shape {want_shape}.")
+            v = got.get("var", var)
+            if v is None:
+                v = make(want_trainable if trainable is None else bool(trainable))
+            elif trainable is False and v.trainable and self.created:
+                v.trainable = False   # TF1 created it outside TRAINABLE_VARIABLES: not trained
+            got["var"] = v
+            return TF1VariableView(v, full)
 
-        kwargs = dict(getter=true_getter, name=full, shape=view.shape, dtype=view.dtype, initializer=None,
+        kwargs = dict(getter=true_getter, name=full, shape=want_shape, dtype=want_dtype, initializer=None,
                       regularizer=None, reuse=tf.compat.v1.get_variable_scope().reuse,
-                      trainable=bool(var.trainable), collections=None, caching_device=None, partitioner=None,
+                      trainable=want_trainable, collections=None, caching_device=None, partitioner=None,
                       validate_shape=True, use_resource=True,
-                      synchronization=_SYNCHRONIZATION.get(str(var.synchronization), tf.VariableSynchronization.AUTO),
-                      aggregation=_AGGREGATION.get(str(var.aggregation), tf.VariableAggregation.NONE))
+                      synchronization=_enum(getattr(var, "synchronization", None), _SYNCHRONIZATION,
+                                            tf.VariableSynchronization.AUTO),
+                      aggregation=_enum(getattr(var, "aggregation", None), _AGGREGATION, tf.VariableAggregation.NONE))
         if _takes_constraint(self.getter):
             kwargs["constraint"] = getattr(var, "constraint", None)
         try:
@@ -223,21 +234,31 @@ class _GetterCall:
             e.add_note(f"(raised by the custom getter {custom_getter_names(self.getter)} for variable '{full}' "
                        f"of layer '{self.key}')")
             raise
+        var = got.get("var", var)
+        if var is None:   # the getter never asked for the variable: made as asked, unused here
+            var = make(want_trainable)
         if out is None:
             raise self.error(f"returned None for '{full}': a getter returns the variable (getter(...)) or a tensor "
                              "computed from it.")
-        if out is view or out is var or (isinstance(out, TF1VariableView) and out.variable is var):
-            return None
+        if out is var or (isinstance(out, TF1VariableView) and out.variable is var):
+            return var, None
         if isinstance(out, tf.Variable) and out is tf_variable_of(var):
-            return None
+            return var, None
         tensor = tf.convert_to_tensor(out)
-        if not tensor.shape.is_compatible_with(view.shape):
-            raise self.error(f"returned shape {tensor.shape} for '{full}' of shape {view.shape}: the layer computes "
+        if not tensor.shape.is_compatible_with(want_shape):
+            raise self.error(f"returned shape {tensor.shape} for '{full}' of shape {want_shape}: the layer computes "
                              "with what the getter returns, which must have the variable's shape.")
-        if tensor.dtype.base_dtype != view.dtype.base_dtype:
-            raise self.error(f"returned {tensor.dtype.name} for '{full}' ({view.dtype.name}): return the "
+        if tensor.dtype.base_dtype != want_dtype.base_dtype:
+            raise self.error(f"returned {tensor.dtype.name} for '{full}' ({want_dtype.name}): return the "
                              "variable's dtype (cast back after a transform in another dtype).")
-        return tensor
+        return var, tensor
+
+
+def _enum(value, names: dict, default):
+    """A Keras variable's aggregation / synchronization (a string) or a tf.Variable's (an enum) as TF's enum."""
+    if isinstance(value, (tf.VariableAggregation, tf.VariableSynchronization)):
+        return value
+    return names.get(str(value), default)
 
 
 class _WeightsFromGetter(keras.StatelessScope):
@@ -308,7 +329,7 @@ class GetterBoundLayer:
                                  "before the getter scope, or call it outside the scope.") from e
         mapping = []
         for rel, var in self._store.variables_of(key).items():
-            value = call.resolve(f"{key}/{rel}", var)
+            _, value = call.resolve(f"{key}/{rel}", var)
             if value is not None:
                 mapping.append((var, value))
         if not mapping:
@@ -327,6 +348,21 @@ class GetterBoundLayer:
 
     def __repr__(self) -> str:
         return f"<{type(self.layer).__name__} '{self._key}' through custom getter {custom_getter_names(self._getter)}>"
+
+
+def variable_through_custom_getter(name: str, make: Callable[[bool], object], shape, dtype, trainable: bool,
+                                   exists: bool):
+    """What kerastrainer's ``get_variable`` returns for the variable ``name``: the variable
+    ``make(trainable)`` creates or finds, or inside a custom getter's scope what the getter returns
+    for it, as TF1's ``tf.get_variable`` did (the getter runs first; a ``trainable=False`` it asks
+    applies when the variable is created, ``exists`` False)."""
+    getter = active_custom_getter()
+    if getter is None:
+        return make(trainable)
+    key = name.rsplit("/", 1)[0] if "/" in name else name
+    var, value = _GetterCall(getter, key, created=not exists).resolve(
+        name, make=make, spec=(tf.TensorShape(shape), tf.as_dtype(dtype), bool(trainable)))
+    return var if value is None else value
 
 
 def through_custom_getters(layer, key: str, store):

@@ -30,6 +30,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Union
 import tensorflow as tf
 
 from .._internals import keras_training_phase
+from .custom_getters import variable_through_custom_getter
 from .extensions import tower_contexts
 from .layer_store import LayerStore, get_default_layer_store
 from .tensors import get_op_tensor_name
@@ -307,11 +308,18 @@ def layer_scope(name: str) -> Iterator[str]:
 
 
 def get_variable(name: str, shape=None, dtype=tf.float32, initializer=None, trainable: bool = True):
-    """Create (once) or reuse a variable of the current tower's store, by scoped name."""
+    """Create (once) or reuse a variable of the current tower's store, by scoped name.
+
+    Inside a TF1 custom getter's scope it returns what the getter makes of the variable, as
+    ``tf.get_variable`` did (a ``PReLU``'s ``alpha`` under ``freeze_variables`` is frozen).
+    """
     scope = current_scope_name()
     full = f"{scope}/{name}" if scope else name
-    return current_layer_store().get_variable(full, shape=shape, dtype=dtype, initializer=initializer,
-                                              trainable=trainable)
+    store = current_layer_store()
+    return variable_through_custom_getter(
+        full, lambda trainable_: store.get_variable(full, shape=shape, dtype=dtype, initializer=initializer,
+                                                    trainable=trainable_),
+        shape, dtype, trainable, exists=full in store.raw_variables)
 
 
 # --- tensorpack's tower-function API (custom trainers) -------------------------------------
