@@ -13,7 +13,10 @@ Example::
 IBM TFLMS's names and knobs are accepted (``LMSKerasCallback`` is ``LMS``); see
 docs/migration-keras2-tflms.md.
 """
-from .blocks import current_block_key, lms_block
+# tfutils (which loads models/, whose resnet uses lms.blocks) first, so that `from kerastrainer.lms
+# import LMS` as a program's first import does not meet lms.blocks half-loaded
+from .. import tfutils as _tfutils  # noqa: F401,E402
+from .blocks import current_block_key, lms_block  # noqa: E402
 from .planner import Plan, device_memory_budget
 from .policy import LMS, LMSKerasCallback, LMSSessionRunHook, POLICIES
 from .recompute import LMSBlockError
