@@ -1,16 +1,12 @@
 """tensorpack 0.11's API as the public programs met it (FasterRCNN, PTB-LSTM, research code built on
 tensorpack): each test fails on the behaviour it replaced (a TypeError, a refusal, a missing name,
 a name that resolved to the wrong object)."""
-import importlib
-import pkgutil
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from _models import MLP, LinearData
-from kerastrainer.callbacks import Callback, ClassificationError, InferenceRunner, Inferencer, ScalarStats
-from kerastrainer.dataflow import DataFromList
+from kerastrainer.callbacks import Callback, ClassificationError, InferenceRunner, ScalarStats
 from kerastrainer.input_source import QueueInput, TensorInput, TFDatasetInput
 from kerastrainer.models import FullyConnected
 from kerastrainer.tfutils.tower import TowerFunc
@@ -406,7 +402,8 @@ def test_every_tensorpack_module_is_at_its_path():
     import importlib.util
     import os
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("tensorpack_api_tool", os.path.join(repo, "tools", "tensorpack_api.py"))
+    spec = importlib.util.spec_from_file_location("tensorpack_api_tool",
+                                                  os.path.join(repo, "tools", "tensorpack_api.py"))
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     not_yet = {m for m, note in tool.MODULES_WITHOUT_NAMES.items() if "not at kerastrainer" in note}

@@ -92,7 +92,8 @@ def _tower_scalar(ctx, inputs, costs, name: str, signature):
     try:
         t = TowerTensorHandle(ctx, inputs, costs, signature).get_tensor(name)
     except KeyError as e:
-        raise ValueError(f"A callback (ProgressBar) asked for the tower tensor '{name}' each step: {e.args[0]}") from None
+        raise ValueError(f"A callback (ProgressBar) asked for the tower tensor '{name}' each step: "
+                         f"{e.args[0]}") from None
     if t.shape.rank not in (0, None):
         raise ValueError(f"The tower tensor '{name}' asked for each step (ProgressBar) has shape {t.shape}; "
                          f"only scalars are reported: name a scalar, e.g. tf.reduce_mean(x, name='{name}').")
