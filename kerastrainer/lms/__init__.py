@@ -15,7 +15,7 @@ docs/migration-keras2-tflms.md.
 """
 # tfutils (which loads models/, whose resnet uses lms.blocks) first, so that `from kerastrainer.lms
 # import LMS` as a program's first import does not meet lms.blocks half-loaded
-from .. import tfutils as _tfutils  # noqa: F401,E402
+from ..tfutils import tower as _tower  # noqa: F401,E402
 from .blocks import current_block_key, lms_block  # noqa: E402
 from .planner import Plan, device_memory_budget
 from .policy import LMS, LMSKerasCallback, LMSSessionRunHook, POLICIES
