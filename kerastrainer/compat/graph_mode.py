@@ -8,6 +8,10 @@ Two ways a tensorpack program is in graph mode when it trains:
   the launch runs with TF2's behaviour for its duration (``eager_execution.tf2_behavior_for``) and
   the program is back in graph mode after, its own graph and settings untouched.
 
+The core enters this context (its launch hook, ``tfutils.extensions.launch_contexts``) in
+``launch_train_with_config``, ``Trainer.setup_graph``, ``Trainer.train``, a custom trainer's
+``__init__`` and ``OfflinePredictor``.
+
 Example::
 
     with tf.Graph().as_default():
