@@ -10,7 +10,7 @@
 #  3. `import unittest.mock` added: the original uses `unittest.mock` and relied on another module
 #     having imported it (`import unittest` alone does not).
 # The module-level `tf.disable_eager_execution()` stays. It is process-wide, so this file is not
-# collected by pytest (no test_ prefix); test_param_graph_mode.py runs it in its own process.
+# collected by pytest (no test_ prefix); test_graph_mode_ports.py runs it in its own process.
 # -*- coding: utf-8 -*-
 import unittest
 import unittest.mock
