@@ -22,16 +22,24 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 FAST = ["convnet_simple_linear", "convnet_replicated_linear"]
 
 
-@pytest.fixture(scope="module")
-def oracle(tmp_path_factory):
+_ORACLE = {}
+
+
+def oracle_for(name, tmp_path_factory):
+    """The oracle's outputs for the group (fast or slow) of case ``name``: one oracle process per group."""
     require_oracle()
-    inputs = {"cases": np.array(json.dumps(list(CASES)))}
-    for name, (model, _, towers) in CASES.items():
-        batches = make_batches(model, towers)
-        inputs[f"{name}/nbatches"] = np.array(len(batches))
-        for i, (x, y) in enumerate(batches):
-            inputs[f"{name}/batch{i}/0"], inputs[f"{name}/batch{i}/1"] = x, y
-    return run_oracle("trainer", inputs, tmp_path_factory.mktemp("oracle_trainer"))
+    group = name in FAST
+    if group not in _ORACLE:
+        cases = [n for n in CASES if (n in FAST) == group]
+        inputs = {"cases": np.array(json.dumps(cases))}
+        for n in cases:
+            model, _, towers, _ = CASES[n]
+            batches = make_batches(model, towers)
+            inputs[f"{n}/nbatches"] = np.array(len(batches))
+            for i, (x, y) in enumerate(batches):
+                inputs[f"{n}/batch{i}/0"], inputs[f"{n}/batch{i}/1"] = x, y
+        _ORACLE[group] = run_oracle("trainer", inputs, tmp_path_factory.mktemp("oracle_trainer"))
+    return _ORACLE[group]
 
 
 def oracle_case(out, name):
@@ -50,7 +58,7 @@ def is_model_variable(name):
 def run_kerastrainer(name, init):
     import kerastrainer as kt
     from kerastrainer.models import l2_regularizer, regularize_cost
-    model_name, schedule, towers = CASES[name]
+    model_name, schedule, towers, trainer_name = CASES[name]
     F = types.SimpleNamespace(**{**{k: getattr(kt, k) for k in dir(kt) if not k.startswith("_")},
                                  "l2_regularizer": l2_regularizer, "regularize_cost": regularize_cost})
     costs = []
@@ -62,14 +70,14 @@ def run_kerastrainer(name, init):
         steps_per_epoch=STEPS_PER_EPOCH, max_epoch=EPOCHS)
     # the program's own NCHW depthwise convolution has a CPU kernel only under XLA (or oneDNN)
     xla = dict(jit_compile=True) if model_name == "shufflenet" else {}
-    trainer = kt.SimpleTrainer(**xla) if towers == 1 else kt.SyncMultiGPUTrainerReplicated(towers, **xla)
+    trainer = kt.SimpleTrainer(**xla) if trainer_name == "SimpleTrainer" else getattr(kt, trainer_name)(towers, **xla)
     kt.launch_train_with_config(config, trainer)
     return np.array(costs), {k: v.numpy() for k, v in trainer.named_variables().items() if is_model_variable(k)}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in CASES])
-def test_first_steps_match_tensorpack(name, oracle):
-    ref_costs, init, ref_final = oracle_case(oracle, name)
+def test_first_steps_match_tensorpack(name, tmp_path_factory):
+    ref_costs, init, ref_final = oracle_case(oracle_for(name, tmp_path_factory), name)
     costs, final = run_kerastrainer(name, init)
     ref_final = {k: v for k, v in ref_final.items() if is_model_variable(k)}
     assert set(final) == set(ref_final), f"variables: kerastrainer {sorted(final)}, tensorpack {sorted(ref_final)}"

@@ -171,11 +171,14 @@ def make_batches(model: str, towers: int, seed: int = 0):
             for _ in range(n)]
 
 
-CASES = {   # name: (model, schedule, towers)
-    "convnet_simple_linear": ("convnet", "linear_steps", 1),
-    "convnet_simple_func": ("convnet", "func_epochs", 1),
-    "convnet_replicated_linear": ("convnet", "linear_steps", 2),
-    "shufflenet_simple_linear": ("shufflenet", "linear_steps", 1),
+CASES = {   # name: (model, schedule, towers, trainer)
+    "convnet_simple_linear": ("convnet", "linear_steps", 1, "SimpleTrainer"),
+    "convnet_simple_func": ("convnet", "func_epochs", 1, "SimpleTrainer"),
+    "convnet_replicated_linear": ("convnet", "linear_steps", 2, "SyncMultiGPUTrainerReplicated"),
+    "convnet_ps1_linear": ("convnet", "linear_steps", 1, "SyncMultiGPUTrainerParameterServer"),
+    "shufflenet_simple_linear": ("shufflenet", "linear_steps", 1, "SimpleTrainer"),
+    # shufflenet.py's own trainer: SyncMultiGPUTrainerParameterServer(max(get_num_gpu(), 1))
+    "shufflenet_ps1_linear": ("shufflenet", "linear_steps", 1, "SyncMultiGPUTrainerParameterServer"),
 }
 
 
@@ -198,7 +201,7 @@ def _run_tensorpack_case(case, inp, out):
     from tensorpack.compat import tfv1 as tf
     from tensorpack.models import l2_regularizer, regularize_cost
 
-    model_name, schedule, towers = CASES[case]
+    model_name, schedule, towers, trainer_name = CASES[case]
     F = types.SimpleNamespace(**{**{k: getattr(tp, k) for k in dir(tp) if not k.startswith("_")},
                                  "l2_regularizer": l2_regularizer, "regularize_cost": regularize_cost})
     batches = [[inp[f"{case}/batch{i}/{j}"] for j in range(2)] for i in range(int(inp[f"{case}/nbatches"]))]
@@ -234,8 +237,10 @@ def _run_tensorpack_case(case, inp, out):
             data=tp.QueueInput(tp.DataFromList(batches, shuffle=False)),
             callbacks=make_callbacks(F, schedule) + [Record()],
             monitors=[], steps_per_epoch=STEPS_PER_EPOCH, max_epoch=EPOCHS)
-        trainer = tp.SimpleTrainer() if towers == 1 else \
-            tp.SyncMultiGPUTrainerReplicated(towers, mode="cpu")
+        trainer = {"SimpleTrainer": lambda: tp.SimpleTrainer(),
+                   "SyncMultiGPUTrainerReplicated": lambda: tp.SyncMultiGPUTrainerReplicated(towers, mode="cpu"),
+                   "SyncMultiGPUTrainerParameterServer": lambda: tp.SyncMultiGPUTrainerParameterServer(towers),
+                   }[trainer_name]()
         tp.launch_train_with_config(config, trainer)
     out[f"{case}/cost"] = np.array(costs)
     for k, v in init.items():
