@@ -380,3 +380,27 @@ def test_a_shuffled_dataset_gives_the_first_epoch_fits_order():
     h = km.fit(shuffled(), epochs=1, **QUIET)   # (no batch read ahead of training to learn the shapes)
     _close(h.history["loss"], h_ref.history["loss"])
     _same_weights(ref, model)
+
+
+class _AddLoss(keras.layers.Layer):
+    def call(self, target, pred):
+        self.add_loss(keras.ops.mean(keras.ops.square(target - pred)))
+        return pred
+
+
+def _dict_input_add_loss_model():
+    x_in, t_in = keras.Input((3,), name="x"), keras.Input((1,), name="t")
+    return keras.Model({"x": x_in, "t": t_in}, _AddLoss()(t_in, keras.layers.Dense(1)(x_in)))
+
+
+def test_x_alone_a_dict_of_arrays_with_validation_split_as_keras():
+    # keras-io's endpoint-layer pattern: the targets are inputs, fit(x) with no y; validation_split
+    # holds out the last fraction of x alone (an UnboundLocalError before)
+    rng = np.random.RandomState(0)
+    x = {"x": rng.randn(40, 3).astype("float32"), "t": rng.randn(40, 1).astype("float32")}
+    ref, model = _twins(_dict_input_add_loss_model)
+    h_ref, h = _fit_both(ref, model, None, x, batch_size=8, epochs=2, shuffle=False, validation_split=0.25)
+    assert {"loss", "val_loss"} <= set(h_ref.history)
+    for k in h_ref.history:
+        _close(h.history[k], h_ref.history[k])
+    _same_weights(ref, model)

@@ -39,12 +39,6 @@ def _same_history(ref, got, tol=TOL):
         _close(got[k], ref[k], tol * max(1.0, abs(ref[k][0])), what=k)
 
 
-OWN_STEP_REASON = (
-    "KerasModel.fit refuses a model with its own train_step that model.compile compiled: _adopt_keras_compile "
-    "returns early for runs_own_step models (kerastrainer/keras/model.py:334 at 1477cf7), so _fit_own_step raises "
-    "'call KerasModel.compile(...)' (model.py:615)")
-
-
 def _pair(program, **kw):
     """``(Keras's run, KerasModel's run)`` of a program, the same start asserted."""
     ref = program(use_kerastrainer=False, **kw)
@@ -57,7 +51,6 @@ def _weights(run):
     return [w.numpy() for w in run["model"].weights]
 
 
-@pytest.mark.xfail(strict=True, reason=OWN_STEP_REASON)
 def test_vae_own_train_step_and_trackers():
     from keras_programs import vae
     ref, got = _pair(vae.program)
@@ -139,10 +132,9 @@ def test_multi_input_multi_output_with_loss_weights_and_per_output_metrics():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "fit(x, validation_split=...) with x a dict of arrays and no y: _weighted_data takes only (x, y[, sw]) "
-    "tuples for arrays (kerastrainer/keras/model.py:574 at 1477cf7), split_validation(packed, ...) (:585) does "
-    "not raise for a dict, and :586 reads xa unbound: UnboundLocalError. Past it, no val_ values of the "
-    "layer's metric (model.py:675, see the subclassed case)"))
+    "metrics owned by layers get no val_ values on the compile route: KerasModel._launch reads them for training "
+    "only (LayerMetricLogs) and the validation InferenceRunner's ScalarStats(desc.stat_names) leaves them out "
+    "(kerastrainer/keras/model.py, _launch / _validation_runner): History lacks val_accuracy"))
 def test_endpoint_layer_functional_with_validation_split():
     from keras_programs import endpoint_layer
     ref, got = _pair(endpoint_layer.functional)
@@ -165,7 +157,6 @@ def test_endpoint_layer_subclassed_with_validation_data():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=OWN_STEP_REASON)
 def test_distiller_with_its_own_compile_train_step_and_test_step():
     from keras_programs import distiller
     ref, got = _pair(distiller.program)

@@ -35,13 +35,12 @@ import tensorflow as tf
 from .._internals import clear_model_losses, keras_losses_per_replica
 from ..tfutils.summary import add_moving_summary, add_tensor_summary
 from ..tfutils.tower import get_current_tower_context
-from ..tfutils.tower_func import ModelVariables
-from ..train.model_desc import ModelDesc
 from .data import SHARE_SPEC
 from .layer_metrics import layer_metric_variables
 from .objectives import Objectives
 from .structure import ModelIO, _safe_name
-from .variables import place_on_strategy, rekey_optimizer, unique_variables
+from .desc_base import KerasDescBase
+from .variables import rekey_optimizer
 
 __all__ = ["KerasModelDesc", "SAMPLES_STAT", "SAMPLE_SUM_PREFIX", "epoch_means"]
 
@@ -72,7 +71,7 @@ def epoch_means(sums: dict) -> dict:
             if k.startswith(SAMPLE_SUM_PREFIX) and k.endswith("/scalar")}
 
 
-class KerasModelDesc(ModelDesc):
+class KerasModelDesc(KerasDescBase):
     """The ModelDesc adapter of a compiled Keras model (see the module doc).
 
     Args:
@@ -85,16 +84,11 @@ class KerasModelDesc(ModelDesc):
 
     def __init__(self, model: keras.Model, io: ModelIO, objectives: Objectives, optimizer,
                  global_batch: bool = False):
-        self._keras_model = model
+        super().__init__(model)
         self._io = io
         self._objectives = objectives
         self._keras_optimizer = optimizer
         self._global_batch = bool(global_batch)
-        self._placed_on = None
-
-    @property
-    def keras_model(self) -> keras.Model:
-        return self._keras_model
 
     @property
     def io(self) -> ModelIO:
@@ -169,27 +163,10 @@ class KerasModelDesc(ModelDesc):
         rekey_optimizer(opt)
         return opt
 
-    def get_tower_function(self):
-        # called by the trainer inside its strategy's scope, before it builds anything
-        strategy = tf.distribute.get_strategy()
-        place_on_strategy(self._variables(), strategy)
-        self._placed_on = strategy
-        return super().get_tower_function()
+    def keras_optimizers(self) -> list:
+        return [self._keras_optimizer]
 
-    def _variables(self) -> list:
-        opt = self._keras_optimizer
-        # the optimizer's step counter and learning rate exist before it is built
-        # and the states of metrics the model's layers update in their call (Keras lists them apart)
-        return unique_variables(list(self._keras_model.variables) + list(getattr(opt, "variables", []))
-                                + layer_metric_variables(self._keras_model))
-
-    def _attribute_weights(self) -> list:
-        # the Keras model's and its optimizer's variables: saved as theirs, never as the tower's
-        return self._variables()
-
-    def get_model_variables(self) -> ModelVariables:
-        mv = self.__dict__.get("_model_variables")
-        if mv is None:
-            mv = ModelVariables(self.layer_store, {"keras_model": self._keras_model})
-            self.__dict__["_model_variables"] = mv
-        return mv
+    def state_variables(self) -> list:
+        # the optimizer's step counter and learning rate exist before it is built, and the states
+        # of metrics the model's layers update in their call (Keras lists them apart)
+        return list(getattr(self._keras_optimizer, "variables", [])) + layer_metric_variables(self._keras_model)

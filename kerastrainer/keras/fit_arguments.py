@@ -3,8 +3,9 @@
 Each function checks one argument (or a group that must agree) the way Keras does and says what
 kerastrainer makes of it: ``verbose``, ``initial_epoch`` (kerastrainer's 1-based
 ``starting_epoch``), the validation arguments, the default callbacks and monitors for a
-``verbose`` level, the global batch of several workers (:func:`_shard`), and the compile
-arguments kerastrainer's trainer does not use. :mod:`kerastrainer.keras.model` runs the training.
+``verbose`` level, the global batch of several workers (:func:`_shard`), the compile
+arguments kerastrainer's trainer does not use, and the weights and validation split of the data
+(:func:`_weighted_data`). :mod:`kerastrainer.keras.model` runs the training.
 
 Example::
 
@@ -26,7 +27,7 @@ from ..dataflow.shard import ShardedDataFlow
 from ..train.base import Trainer
 from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 from ..utils import logger
-from .data import DEFAULT_BATCH_SIZE, _is_arrays, _map
+from .data import DEFAULT_BATCH_SIZE, _is_arrays, _map, apply_class_weight, class_weights_of, split_validation
 
 __all__ = []  # KerasModel's helpers
 
@@ -160,3 +161,48 @@ def _every_validation_epoch(runner: Callback, freq) -> Callback:
         return EnableCallbackIf(runner, lambda cb: cb.epoch_num % freq == 0)
     epochs = {int(e) for e in freq}
     return EnableCallbackIf(runner, lambda cb: cb.epoch_num in epochs)
+
+
+def _weighted_data(data, sample_weight, class_weight, validation_split, validation_data):
+    """The training data with its sample weights (``sample_weight``, ``class_weight``) and the
+    validation data, after Keras's ``validation_split``."""
+    if class_weight is not None and sample_weight is not None:
+        raise ValueError("You cannot give class_weight and sample_weight at the same time (as in Keras).")
+    if class_weight is not None and not isinstance(class_weight, dict):
+        raise TypeError(f"class_weight must be a dict {{class index: weight}}; got {type(class_weight).__name__}.")
+    packed = data
+    arrays = isinstance(packed, tuple) and len(packed) in (2, 3) and _is_arrays(packed[0])
+    if arrays:
+        xa, ya = packed[0], packed[1]
+        sw = packed[2] if len(packed) == 3 else sample_weight
+        if len(packed) == 3 and sample_weight is not None:
+            raise ValueError("sample_weight was given twice: in the data (x, y, sw) and as sample_weight=.")
+    elif sample_weight is not None:
+        raise ValueError(f"sample_weight= applies to numpy arrays (as in Keras); a {type(packed).__name__} "
+                         "carries its own weights: yield (x, y, sample_weight) batches.")
+    elif not isinstance(packed, tuple) and _is_arrays(packed):   # x alone (an add_loss model): no targets
+        arrays, xa, ya, sw = True, packed, None, None
+    if validation_split:
+        if not arrays:
+            split_validation(packed, None, None, validation_split)  # raises Keras's error
+        train, held_out = split_validation(xa, ya, sw, validation_split)
+        if validation_data is None:
+            held = tuple(v for v in held_out if v is not None)
+            validation_data = held[0] if len(held) == 1 else held
+        else:
+            logger.warn("KerasModel.fit: validation_split=%s is not used: validation_data was given "
+                        "(Keras's rule).", validation_split)
+        xa, ya, sw = train
+    if not arrays:
+        return (apply_class_weight(packed, class_weight) if class_weight is not None else packed), \
+            validation_data
+    if class_weight is not None:
+        if ya is None:
+            raise ValueError("class_weight weights the loss of each target's class: give fit targets (y).")
+        if isinstance(ya, (list, tuple, dict)):
+            raise ValueError("class_weight is not supported for a model with several targets (as in Keras): "
+                             "give sample_weight instead.")
+        sw = class_weights_of(ya, class_weight)
+    if ya is None and sw is None:
+        return xa, validation_data
+    return ((xa, ya) if sw is None else (xa, ya, sw)), validation_data

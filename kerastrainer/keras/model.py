@@ -55,11 +55,9 @@ an ``InputSource`` (or a DataFlow), and ``fit()`` runs to ``TrainConfig``'s defa
 from __future__ import annotations
 
 import copy
-import inspect
 from typing import Callable, List, Optional, Sequence, Union
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from ..callbacks.inference import ScalarStats
@@ -72,136 +70,23 @@ from ..train.interface import launch_train_with_config, staged_on_gpus
 from ..train.trainers import SimpleTrainer
 from ..utils import logger
 from .adapter import KerasModelDesc
+from .desc_base import KerasDescBase
 from .callbacks import KerasCallback, KerasTestHooks, backup_initial_epoch, wrap_keras_callbacks
-from .data import (SHARE_SPEC, KerasData, SpecSample, _FirstBatches, _FlatBatches, _is_arrays,
-                   apply_class_weight, as_keras_data, class_weights_of, split_validation)
+from .data import SHARE_SPEC, KerasData, SpecSample, _FirstBatches, _FlatBatches, as_keras_data
 from .evaluation import KerasEvaluation, _flattener
+from .first_batch import (first_sample_batch, keras_inputs, output_names, probe_batch, split_xy, takes_inputs,
+                          without_weights, zeros_like_specs)
 from .fit_arguments import (_KERAS_EPOCHS, _check_validation, _check_verbose, _checked_compile_kwargs,  # noqa: F401
                             _compile_keras_model, _default_callbacks, _default_monitors, _every_validation_epoch,
-                            _shard, _starting_epoch, _worker_rank_size)
-from .layer_metrics import LayerMetricLogs, ModelMetricLogs, layer_metric_variables, layer_metrics
+                            _shard, _starting_epoch, _weighted_data, _worker_rank_size)
+from .layer_metrics import LayerMetricLogs, ModelMetricLogs, layer_metrics
 from .objectives import Objectives
 from .own_step import KerasOwnStepDesc, model_optimizers, overridden, runs_own_step
 from .own_validation import OwnStepValidation
 from .structure import KerasSignatureError, ModelIO, _is_weighted_point, as_spec_list
-from .variables import place_off_strategy, rekey_optimizer, unique_variables
+from .variables import place_off_strategy, rekey_optimizer
 
 __all__ = ["KerasModel"]
-
-
-def _first_sample_batch(struct):
-    """The first sample of every array of a batch, keeping the batch axis."""
-    if isinstance(struct, dict):
-        return {k: _first_sample_batch(v) for k, v in struct.items()}
-    if isinstance(struct, (list, tuple)):
-        return [_first_sample_batch(v) for v in struct]
-    arr = np.asarray(struct)
-    if arr.dtype == np.float64:
-        arr = arr.astype(np.float32)
-    return arr[:1]
-
-
-def _probe_batch(x, check: ModelIO, data: Optional[KerasData]):
-    """One sample of ``x`` to call the model on. A dataset's stand-in (:class:`SpecSample`) with
-    unknown sizes takes them from the model's declared inputs; a model without declared inputs is
-    probed on the dataset's first batch, read for it (a shuffled pipeline's first reshuffle then
-    goes to it, with a log line)."""
-    leaves = tf.nest.flatten(x)
-    if not any(isinstance(v, SpecSample) and None in v.shape[1:] for v in leaves):
-        return _first_sample_batch(x)
-    specs = check.input_specs
-    if all(s.shape.rank is not None and None not in s.shape.as_list()[1:] for s in specs):
-        return check.pack_inputs([np.zeros([1] + s.shape.as_list()[1:], s.dtype.as_numpy_dtype) for s in specs])
-    logger.info("KerasModel: the data's sizes %s are unknown and the model declares none: its first batch is "
-                "read to build the model (a shuffled tf.data pipeline's first reshuffle goes to it).",
-                [v.shape for v in leaves if isinstance(v, SpecSample)])
-    first = _map_numpy(next(iter(data.source.take(1))))
-    hint = len(check.input_specs)
-    return _first_sample_batch(_split_xy(_without_weights(first, None, hint), hint)[0])
-
-
-def _map_numpy(struct):
-    return tf.nest.map_structure(lambda t: t.numpy(), struct)
-
-
-def _split_xy(first, n_inputs_hint: Optional[int] = None):
-    """``(x, y)`` of a first datapoint that is ``(x, y)``, a flat list (``n_inputs_hint`` inputs),
-    or ``x`` alone (``(x,)`` or an array: y is None, for a model whose loss is its ``add_loss``).
-
-    Example::
-
-        _split_xy((x, y))   # (x, y)
-        _split_xy((x,))     # (x, None)
-    """
-    if isinstance(first, (list, tuple)) and len(first) == 2:
-        return first[0], first[1]
-    if isinstance(first, (list, tuple)) and len(first) == 1:
-        return first[0], None
-    if not isinstance(first, (list, tuple, dict)):
-        return first, None
-    if isinstance(first, (list, tuple)) and n_inputs_hint is not None and len(first) > n_inputs_hint:
-        x = first[:n_inputs_hint]
-        y = first[n_inputs_hint:]
-        return (x[0] if len(x) == 1 else list(x)), (y[0] if len(y) == 1 else list(y))
-    raise KerasSignatureError(
-        f"Cannot tell inputs from targets in a datapoint of {len(first) if hasattr(first, '__len__') else '?'} "
-        "components: give (x, y) pairs, or a model whose inputs are declared (keras.Input) so that a flat "
-        "[inputs..., targets...] list can be split.")
-
-
-def _without_weights(first, model: keras.Model, n_inputs: Optional[int]):
-    """A first datapoint without its sample weights: a tuple ``(x, y, sample_weight)`` (Keras's
-    form) becomes ``(x, y)``; a flat ``[inputs..., targets...]`` of three is left as it is."""
-    if not (isinstance(first, tuple) and len(first) == 3):
-        return first
-    try:
-        n_out = len(model.outputs) if getattr(model, "built", False) and model.outputs else None
-    except (AttributeError, ValueError):
-        n_out = None
-    flat = not any(isinstance(c, (list, tuple, dict)) for c in first) and n_inputs is not None \
-        and n_out is not None and n_inputs + n_out == 3
-    return first if flat else first[:2]
-
-
-def _output_names(model: keras.Model, y_pred) -> (List[str], str):
-    if isinstance(y_pred, dict):
-        return list(y_pred), "dict"
-    if isinstance(y_pred, (list, tuple)):
-        names = list(getattr(model, "output_names", None) or [])
-        if len(names) != len(y_pred) or len(set(names)) != len(names):
-            names = [f"output_{i}" for i in range(len(y_pred))]
-        return names, "list"
-    names = list(getattr(model, "output_names", None) or [])
-    return ([names[0]] if len(names) == 1 else ["output"]), "single"
-
-
-def _takes_inputs(fn) -> bool:
-    """Whether ``get_model`` takes the input tensors (tensorpack's contract) rather than nothing."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.kind == p.VAR_POSITIONAL or (p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                                              and p.default is p.empty) for p in params)
-
-
-def _keras_inputs(specs: List[tf.TensorSpec]) -> list:
-    """One ``keras.Input`` per spec (the batch axis left out), named after the spec."""
-    out = []
-    for i, s in enumerate(specs):
-        shape = tf.TensorShape(s.shape)
-        if shape.rank is None or shape.rank < 1:
-            raise KerasSignatureError(f"input_signature[{i}] has shape {shape}; a Keras input needs a batch axis "
-                                      "first, e.g. tf.TensorSpec([None, 28, 28, 1], tf.float32, 'image').")
-        out.append(keras.Input(shape=tuple(shape.as_list()[1:]), dtype=s.dtype.name, name=s.name or None))
-    return out
-
-
-def _zeros_like_specs(specs: List[tf.TensorSpec]):
-    """A one-sample batch of zeros per spec (unknown sizes become 1): a stand-in first datapoint."""
-    arrays = [np.zeros([1] + [d if d is not None else 1 for d in tf.TensorShape(s.shape).as_list()[1:]],
-                       dtype=s.dtype.as_numpy_dtype) for s in specs]
-    return arrays[0] if len(arrays) == 1 else arrays
 
 
 class KerasModel(KerasEvaluation):
@@ -231,12 +116,12 @@ class KerasModel(KerasEvaluation):
         if isinstance(get_model, keras.Model):
             model = get_model
         elif callable(get_model):
-            if _takes_inputs(get_model):
+            if takes_inputs(get_model):
                 if input_signature is None:
                     raise ValueError("get_model takes the input tensors (tensorpack's contract): give "
                                      "KerasModel(input_signature=[tf.TensorSpec(...), ...]) to make them from.")
                 self._tensorpack_form = True
-                model = get_model(*_keras_inputs(as_spec_list(input_signature, "input_signature")))
+                model = get_model(*keras_inputs(as_spec_list(input_signature, "input_signature")))
             else:
                 model = get_model()
             if not isinstance(model, keras.Model):
@@ -332,7 +217,10 @@ class KerasModel(KerasEvaluation):
         """A model compiled by Keras (``model.compile``, or ``keras.models.load_model``) and not by
         ``KerasModel.compile``: train with its optimizer (and its state), loss and metrics."""
         model = self.model
-        if self._compile_args is not None or runs_own_step(model) or not getattr(model, "compiled", False):
+        if self._compile_args is not None or self._own_step_compiled or not getattr(model, "compiled", False):
+            return
+        if runs_own_step(model):   # its own compile ran (any signature): the step holds its optimizers
+            self._own_step_compiled = bool(model_optimizers(model))
             return
         cfg = dict(getattr(getattr(model, "_compile_config", None), "config", None) or {})
         if getattr(model, "optimizer", None) is None:
@@ -353,13 +241,13 @@ class KerasModel(KerasEvaluation):
         model = self.model
         hint = len(model.inputs) if getattr(model, "built", False) and getattr(model, "inputs", None) else None
         if data is None:  # an InputSource: a stand-in batch from the signatures
-            x = _zeros_like_specs(as_spec_list(self.input_signature, "input_signature"))
-            y = _zeros_like_specs(as_spec_list(self.target_signature, "target_signature"))
+            x = zeros_like_specs(as_spec_list(self.input_signature, "input_signature"))
+            y = zeros_like_specs(as_spec_list(self.target_signature, "target_signature"))
         else:
-            x, y = _split_xy(_without_weights(data.first, model, hint), hint)
+            x, y = split_xy(without_weights(data.first, model, hint), hint)
         # the data against the model's declared inputs first: a clearer error than Keras' own
         check = ModelIO.from_model(model, x, None, ["output"], "single", {}, self.input_signature, None)
-        x1 = _probe_batch(x, check, data)
+        x1 = probe_batch(x, check, data)
         if not model.built and isinstance(model, keras.Sequential) and not isinstance(x1, (list, dict)):
             shape = x.shape if isinstance(x, SpecSample) else x1.shape   # (a dataset's unknown sizes kept)
             model.build((None,) + tuple(shape[1:]))  # any batch size, not the probe's
@@ -368,7 +256,7 @@ class KerasModel(KerasEvaluation):
             y_pred = model(x1, training=False)
         except (ValueError, TypeError) as e:
             raise KerasSignatureError(f"The model cannot be called on the data's inputs: {e}") from e
-        out_names, out_kind = _output_names(model, y_pred)
+        out_names, out_kind = output_names(model, y_pred)
         objectives = Objectives(output_names=out_names, **self._compile_args)
         if not objectives.has_output_loss and not model.losses:  # the probe's call ran the add_loss calls
             raise ValueError(f"No loss to compute: compile(loss=...) gives no loss for the outputs {out_names} "
@@ -376,7 +264,7 @@ class KerasModel(KerasEvaluation):
         io = ModelIO.from_model(model, x, y, out_names, out_kind, objectives.needs_target,
                                 self.input_signature, self.target_signature)
         y_flat = io._flat_y(y)
-        y_true = {o: tf.convert_to_tensor(_first_sample_batch(t), dtype=s.dtype)
+        y_true = {o: tf.convert_to_tensor(first_sample_batch(t), dtype=s.dtype)
                   for o, t, s in zip(io.target_outputs, y_flat, io.target_specs)}
         objectives.resolve(y_true, io.outputs_by_name(y_pred))
         self._objectives, self._io = objectives, io
@@ -486,7 +374,7 @@ class KerasModel(KerasEvaluation):
             extra_callbacks = _default_callbacks(verbose)
         if monitors is None:
             monitors = _default_monitors(verbose)
-        data_arg, validation_data = self._weighted_data(data_arg, sample_weight, class_weight,
+        data_arg, validation_data = _weighted_data(data_arg, sample_weight, class_weight,
                                                         validation_split, validation_data)
         trainer = self._new_trainer()
         rank, size = _worker_rank_size(trainer)
@@ -562,43 +450,6 @@ class KerasModel(KerasEvaluation):
             return int(epochs)
         return None if self._tensorpack_form else 1
 
-    def _weighted_data(self, data, sample_weight, class_weight, validation_split, validation_data):
-        """The training data with its sample weights (``sample_weight``, ``class_weight``) and the
-        validation data, after Keras's ``validation_split``."""
-        if class_weight is not None and sample_weight is not None:
-            raise ValueError("You cannot give class_weight and sample_weight at the same time (as in Keras).")
-        if class_weight is not None and not isinstance(class_weight, dict):
-            raise TypeError(f"class_weight must be a dict {{class index: weight}}; got {type(class_weight).__name__}.")
-        packed = data
-        arrays = isinstance(packed, tuple) and len(packed) in (2, 3) and _is_arrays(packed[0])
-        if arrays:
-            xa, ya = packed[0], packed[1]
-            sw = packed[2] if len(packed) == 3 else sample_weight
-            if len(packed) == 3 and sample_weight is not None:
-                raise ValueError("sample_weight was given twice: in the data (x, y, sw) and as sample_weight=.")
-        elif sample_weight is not None:
-            raise ValueError(f"sample_weight= applies to numpy arrays (as in Keras); a {type(packed).__name__} "
-                             "carries its own weights: yield (x, y, sample_weight) batches.")
-        if validation_split:
-            if not arrays:
-                split_validation(packed, None, None, validation_split)  # raises Keras's error
-            train, held_out = split_validation(xa, ya, sw, validation_split)
-            if validation_data is None:
-                validation_data = tuple(v for v in held_out if v is not None)
-            else:
-                logger.warn("KerasModel.fit: validation_split=%s is not used: validation_data was given "
-                            "(Keras's rule).", validation_split)
-            xa, ya, sw = train
-        if not arrays:
-            return (apply_class_weight(packed, class_weight) if class_weight is not None else packed), \
-                validation_data
-        if class_weight is not None:
-            if isinstance(ya, (list, tuple, dict)):
-                raise ValueError("class_weight is not supported for a model with several targets (as in Keras): "
-                                 "give sample_weight instead.")
-            sw = class_weights_of(ya, class_weight)
-        return ((xa, ya) if sw is None else (xa, ya, sw)), validation_data
-
     def _weighted_io(self, io: ModelIO, data: KerasData, val: Optional[KerasData]) -> ModelIO:
         """``io`` with sample-weight inputs when the training or validation data carries weights."""
         for kd in (data, val):
@@ -634,7 +485,6 @@ class KerasModel(KerasEvaluation):
                                  "fit(steps_per_epoch=...).")
             run["steps_per_epoch"] = steps
         source = staged_on_gpus(source)
-        self._own_desc = desc
         return self._launch(trainer, desc, source, validation, **run)
 
     def _fit_input_source(self, source: InputSource, trainer, validation_data, val_batch_size,
@@ -705,37 +555,25 @@ class KerasModel(KerasEvaluation):
         self.trainer = trainer
         try:
             launch_train_with_config(config, trainer)
-            self._finalize_ema()
+            self._finalize_ema(desc)
         finally:
-            self._release_strategy()
+            self._release_strategy(desc)
         self.history = history
         self.model.history = history  # as after keras.Model.fit
         return history
 
-    def _own_step_desc(self):
-        """The desc of the model's own ``train_step`` when ``fit`` ran it, else None."""
-        own = getattr(self, "_own_desc", None)
-        return own if own is not None and own.keras_model is self.model else None
-
-    def _trained_optimizers(self) -> list:
-        """The optimizers ``fit`` trained with: the model's own (its ``train_step``) or KerasModel's."""
-        return list(model_optimizers(self.model).values()) if self._own_step_desc() is not None else [self._optimizer]
-
-    def _finalize_ema(self) -> None:
+    def _finalize_ema(self, desc: KerasDescBase) -> None:
         """As at the end of ``keras.Model.fit``: an optimizer with ``use_ema=True`` overwrites the
         trained variables with their moving averages."""
-        for opt in self._trained_optimizers():
+        for opt in desc.keras_optimizers():
             inner = getattr(opt, "inner_optimizer", opt)
             if getattr(inner, "use_ema", False):
                 opt.finalize_variable_values(self.model.trainable_weights)
 
-    def _release_strategy(self) -> None:
+    def _release_strategy(self, desc: KerasDescBase) -> None:
         """Make the model plain Keras again (variables off the trainer's strategy)."""
-        own = self._own_step_desc()
-        state = own.state_variables() if own is not None else \
-            list(getattr(self._optimizer, "variables", [])) + layer_metric_variables(self.model)
-        if place_off_strategy(unique_variables(list(self.model.variables) + state)):
-            for opt in self._trained_optimizers():
+        if place_off_strategy(desc.all_variables()):
+            for opt in desc.keras_optimizers():
                 rekey_optimizer(opt)
             # functions Keras traced on the trainer's variables (a validation's test function)
             for attr in ("train_function", "test_function", "predict_function"):

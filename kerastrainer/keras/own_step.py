@@ -33,10 +33,10 @@ import tensorflow as tf
 from .._internals import keras_losses_scaled_by
 from ..tfutils.objective import OwnUpdates
 from ..tfutils.tower_func import ModelVariables
-from ..train.model_desc import ModelDesc
 from ..utils import logger
 from .data import SHARE_SPEC, SpecSample
-from .variables import place_on_strategy, rekey_optimizer, unique_variables
+from .desc_base import KerasDescBase
+from .variables import unique_variables
 
 __all__ = ["OWN_STEP_METHODS", "runs_own_step", "overridden", "KerasOwnStepDesc", "model_optimizers"]
 
@@ -95,7 +95,7 @@ def _flat_logs(logs: dict) -> dict:
     return out
 
 
-class KerasOwnStepDesc(ModelDesc):
+class KerasOwnStepDesc(KerasDescBase):
     """The ModelDesc of a Keras model that runs its own ``train_step`` (see the module doc).
 
     Args:
@@ -104,7 +104,7 @@ class KerasOwnStepDesc(ModelDesc):
     """
 
     def __init__(self, model: keras.Model, first):
-        self._keras_model = model
+        super().__init__(model)
         self._structure = _as_tuple(tf.nest.map_structure(lambda a: 0, first))
         self._specs = [_leaf_spec(a, i) for i, a in enumerate(tf.nest.flatten(first))]
         self._dropped: List[str] = []
@@ -112,10 +112,6 @@ class KerasOwnStepDesc(ModelDesc):
             raise ValueError(f"KerasModel: {type(model).__name__} runs its own train_step but holds no Keras "
                              "optimizer: call KerasModel.compile(...) (it passes its arguments to the model's "
                              "compile) before fit.")
-
-    @property
-    def keras_model(self) -> keras.Model:
-        return self._keras_model
 
     def inputs(self) -> List[tf.TensorSpec]:
         # each replica's part ends with its share of the global batch (KerasData.make_input); the
@@ -172,32 +168,16 @@ class KerasOwnStepDesc(ModelDesc):
     def get_optimizer(self):
         return self.optimizer()
 
-    def get_tower_function(self):
-        # called by the trainer inside its strategy's scope, before it builds anything: the model's,
-        # its optimizers' and its metrics' variables move onto the strategy, and the optimizers
-        # update through it (they captured the strategy of their creation)
-        model = self._keras_model
-        place_on_strategy(unique_variables(list(model.variables) + self.state_variables()),
-                          tf.distribute.get_strategy())
-        for o in model_optimizers(model).values():
-            rekey_optimizer(o)
-        return super().get_tower_function()
-
-    def _attribute_weights(self) -> list:
-        # the model's, its optimizers' and its metrics' variables (the step's first trace builds them)
-        return list(self._keras_model.variables) + self.state_variables()
+    def keras_optimizers(self) -> list:
+        return list(model_optimizers(self._keras_model).values())
 
     def get_model_variables(self) -> ModelVariables:
-        mv = self.__dict__.get("_model_variables")
-        if mv is None:
-            mv = ModelVariables(self.layer_store, {"keras_model": self._keras_model})
-            self.__dict__["_model_variables"] = mv
+        mv = super().get_model_variables()
         tower = self.__dict__.get("_tower_function")
         if tower is not None:
             # the step's optimizers and metrics made their variables while it was traced: theirs, not
             # the model's
-            owned = list(self._keras_model.variables) + self.state_variables()
-            tower.adopt_variables(owned)
+            tower.adopt_variables(list(self._keras_model.variables) + self.state_variables())
         return mv
 
     def state_variables(self) -> list:
