@@ -131,10 +131,6 @@ def test_multi_input_multi_output_with_loss_weights_and_per_output_metrics():
         _close(got["predict"][k], ref["predict"][k], what=f"predict {k}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "metrics owned by layers get no val_ values on the compile route: KerasModel._launch reads them for training "
-    "only (LayerMetricLogs) and the validation InferenceRunner's ScalarStats(desc.stat_names) leaves them out "
-    "(kerastrainer/keras/model.py, _launch / _validation_runner): History lacks val_accuracy"))
 def test_endpoint_layer_functional_with_validation_split():
     from keras_programs import endpoint_layer
     ref, got = _pair(endpoint_layer.functional)
@@ -144,10 +140,6 @@ def test_endpoint_layer_functional_with_validation_split():
     _close(got["predict"], ref["predict"], what="inference_model.predict")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "metrics owned by layers get no val_ values: _launch reads them for training only (LayerMetricLogs, "
-    "kerastrainer/keras/model.py:665-676 at 1477cf7) and the validation InferenceRunner's "
-    "ScalarStats(desc.stat_names) (model.py:680) leaves them out: History lacks val_accuracy"))
 def test_endpoint_layer_subclassed_with_validation_data():
     from keras_programs import endpoint_layer
     ref, got = _pair(endpoint_layer.subclassed)

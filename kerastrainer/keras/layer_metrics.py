@@ -6,8 +6,9 @@ targets, probs)``); ``keras.Model.metrics`` lists it beside compile's, and ``fit
 at each epoch's end. In kerastrainer's training step the model's call updates the metric's state
 as under ``fit`` (its variables are placed on the trainer's strategy with the model's); the
 :class:`LayerMetricLogs` callback resets them at each epoch's start and reads their results at the
-epoch's end, before validation runs, for History and the Keras callbacks. No ``val_`` value is
-reported for them (``keras.Model.fit`` reports one); ``fit`` says so once when it validates.
+epoch's end, before validation runs, for History and the Keras callbacks. Their ``val_`` values
+come from validating with Keras's own ``test_step`` (``KerasModel.fit`` does so for such a model on
+one worker; on several it says once that they have none).
 
 Example (what ``KerasModel.fit`` does)::
 

@@ -413,12 +413,18 @@ class KerasModel(KerasEvaluation):
                                  "fit(steps_per_epoch=...).")
             run["steps_per_epoch"] = steps
         desc = self._make_desc(io)
-        val_flow = None
-        if val is not None:
+        validation = None
+        if val is not None and layer_metrics(self.model) and _worker_rank_size(trainer)[1] == 1:
+            # the metrics of the model's layers update in its call: Keras's test_step gives their val_
+            # values beside the loss and compile's metrics (a predictor keeps only what its outputs need)
+            validation = OwnStepValidation(self.model, self._evaluate_with_keras, validation_data,
+                                           validation_batch_size or batch_size, validation_steps)
+        elif val is not None:
             val_flow = val.flat_dataflow(flatten, with_share=True)
             if validation_steps is not None:
                 val_flow = _FirstBatches(val_flow, validation_steps)
-        return self._launch(trainer, desc, source, _validation_runner(desc, val_flow), **run)
+            validation = _validation_runner(desc, val_flow)
+        return self._launch(trainer, desc, source, validation, **run)
 
     def _read_positional(self, x, y, input_kw, validation_data):  # noqa: A002
         """``(training data, validation data)`` from fit's first arguments (see :meth:`fit`)."""
@@ -524,9 +530,9 @@ class KerasModel(KerasEvaluation):
             reader = ModelMetricLogs(self.model)
         elif layer_metrics(self.model):
             reader = LayerMetricLogs(layer_metrics(self.model))
-            if validation is not None:
+            if isinstance(validation, InferenceRunner):
                 logger.info("KerasModel.fit: the metrics %s of the model's layers are reported for training only "
-                            "(no val_ values).", [m.name for m in reader.metrics])
+                            "on several workers (no val_ values).", [m.name for m in reader.metrics])
         extra_logs = None
         if reader is not None:
             cbs.append(reader)
@@ -536,9 +542,8 @@ class KerasModel(KerasEvaluation):
                     c.extra_logs = extra_logs
         if validation is not None:
             # Keras's on_test_begin / on_test_end around the validation (SwapEMAWeights validates the EMA)
-            cbs += [_every_validation_epoch(KerasTestHooks(user, "begin"), validation_freq),
-                    _every_validation_epoch(validation, validation_freq),
-                    _every_validation_epoch(KerasTestHooks(user, "end"), validation_freq)]
+            cbs += [_every_validation_epoch(c, validation_freq)
+                    for c in (KerasTestHooks(user, "begin"), validation, KerasTestHooks(user, "end"))]
         if SHARE_SPEC.name in desc.input_names and self._io is not None:
             _share_for_runners(user, _flattener(getattr(desc, "io", None) or self._io))
         # Keras callbacks after the validation so that their logs hold val_* statistics
