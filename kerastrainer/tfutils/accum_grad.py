@@ -29,6 +29,7 @@ import keras
 import tensorflow as tf
 
 from .._internals import optimizer_trainable_variables, optimizer_variable_index
+from .keras_optimizer_wrapper import KerasOptimizerWrapper
 
 __all__ = ["AccumGradOptimizer", "KerasAccumGrad", "PendingAccumGrad"]
 
@@ -42,7 +43,7 @@ def _check_niter(niter) -> int:
     return niter
 
 
-class KerasAccumGrad(keras.optimizers.Optimizer):
+class KerasAccumGrad(KerasOptimizerWrapper):
     """A Keras 3 optimizer applying ``inner_optimizer`` to the sum of every ``niter`` steps' gradients.
 
     Works in a ``tf.distribute`` step (the gradients are summed over the replicas first, as Keras
@@ -57,8 +58,7 @@ class KerasAccumGrad(keras.optimizers.Optimizer):
     def __init__(self, inner_optimizer: keras.optimizers.Optimizer, niter: int, name: str = None):
         if not isinstance(inner_optimizer, keras.optimizers.Optimizer):
             raise TypeError(f"KerasAccumGrad wraps a Keras optimizer, got {type(inner_optimizer).__name__}.")
-        super().__init__(learning_rate=0.0, name=name or "AccumGradOptimizer")
-        self.inner_optimizer = inner_optimizer
+        super().__init__(inner_optimizer, name or "AccumGradOptimizer")
         self.niter = _check_niter(niter)
 
     def build(self, var_list):
@@ -70,23 +70,6 @@ class KerasAccumGrad(keras.optimizers.Optimizer):
                                          name="accum_counter")
         self.inner_optimizer.build(var_list)
         super().build(var_list)
-
-    @property
-    def variables(self):
-        return self._variables + self.inner_optimizer.variables
-
-    @property
-    def learning_rate(self):
-        return self.inner_optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, learning_rate):
-        self.inner_optimizer.learning_rate = learning_rate
-
-    @property
-    def iterations(self):
-        """The wrapped optimizer's: the number of applying steps."""
-        return self.inner_optimizer.iterations
 
     def apply(self, grads, trainable_variables=None):
         if trainable_variables is None:

@@ -24,6 +24,7 @@ import keras
 import tensorflow as tf
 
 from .._internals import give_tf1_op_name, optimizer_trainable_variables, tf_variable_of
+from .keras_optimizer_wrapper import KerasOptimizerWrapper
 
 __all__ = ["ProxyOptimizer", "PostProcessOptimizer", "VariableAssignmentOptimizer", "KerasPostProcess"]
 
@@ -109,7 +110,7 @@ class VariableAssignmentOptimizer(PostProcessOptimizer):
         super().__init__(opt, assign)
 
 
-class KerasPostProcess(keras.optimizers.Optimizer):
+class KerasPostProcess(KerasOptimizerWrapper):
     """A Keras 3 optimizer running a :class:`PostProcessOptimizer`'s ``post_process`` after each update of
     ``inner_optimizer`` (what ``ModelDesc.optimizer()`` returning one becomes).
 
@@ -120,8 +121,7 @@ class KerasPostProcess(keras.optimizers.Optimizer):
 
     def __init__(self, inner_optimizer: keras.optimizers.Optimizer, wrapper: ProxyOptimizer,
                  names: Optional[Callable[[], dict]] = None, name: str = None):
-        super().__init__(learning_rate=0.0, name=name or type(wrapper).__name__)
-        self.inner_optimizer = inner_optimizer
+        super().__init__(inner_optimizer, name or type(wrapper).__name__)
         self._wrapper = wrapper
         self._names = names   # () -> {name: variable}: what `v.op.name` answers in the user's function
 
@@ -136,22 +136,6 @@ class KerasPostProcess(keras.optimizers.Optimizer):
                 tv = tf_variable_of(v)
                 if id(tv) in name_of:
                     give_tf1_op_name(tv, tf.compat.v1.get_default_graph(), lambda n=name_of[id(tv)]: n)
-
-    @property
-    def variables(self):
-        return self._variables + self.inner_optimizer.variables
-
-    @property
-    def learning_rate(self):
-        return self.inner_optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, learning_rate):
-        self.inner_optimizer.learning_rate = learning_rate
-
-    @property
-    def iterations(self):
-        return self.inner_optimizer.iterations
 
     def apply(self, grads, trainable_variables=None):
         if trainable_variables is None:
