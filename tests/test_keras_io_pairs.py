@@ -51,6 +51,7 @@ def _weights(run):
     return [w.numpy() for w in run["model"].weights]
 
 
+@pytest.mark.slow
 def test_vae_own_train_step_and_trackers():
     from keras_programs import vae
     ref, got = _pair(vae.program)
