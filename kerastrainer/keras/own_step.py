@@ -6,12 +6,13 @@ This module owns running such a step in a kerastrainer trainer. ``KerasModel`` h
 over as :class:`KerasOwnStepDesc`, a ModelDesc whose tower is one call of the model's
 ``train_step`` on the replica's batch; the trainer runs it each step inside its strategy (several
 steps per call, every replica), applies no update of its own (the step's optimizers do, as in
-``keras.Model.fit``: each optimizer sums the replicas' gradients, and Keras's ``compute_loss``
-divides the loss by the number of replicas), reports the dict the step returns, saves every
-optimizer the model holds (``optimizer/<attribute>/...``); ``ModelMetricLogs`` resets the model's
-metrics at the start of each epoch and reads them at its end, as ``fit`` does. Data reach ``train_step`` in the structure the data have
-(``(x, y)``, ``(x, y, sample_weight)``; for ``fit(x)`` without ``y``, ``x`` itself where Keras hands
-over ``x``: an array or a dict, not ``(x,)``), each replica its part of the global batch.
+``keras.Model.fit``: each optimizer sums the replicas' gradients; a Keras loss is scaled by the
+replica's share of the global batch, 1/N for an even split as Keras divides it), reports the dict
+the step returns, and saves every optimizer the model holds (``optimizer/<attribute>/...``);
+``ModelMetricLogs`` resets the model's metrics at the start of each epoch and reads them at its
+end, as ``fit`` does. Data reach ``train_step`` in the structure the data have (``(x, y)``,
+``(x, y, sample_weight)``; for ``fit(x)`` without ``y``, ``x`` itself where Keras hands over ``x``:
+an array or a dict, not ``(x,)``), each replica its part of the global batch.
 
 Left to others: the standard path (compile's loss and metrics computed by kerastrainer:
 :mod:`.adapter`), the data forms (:mod:`.data`), placing variables on a strategy
@@ -114,8 +115,8 @@ class KerasOwnStepDesc(KerasDescBase):
                              "compile) before fit.")
 
     def inputs(self) -> List[tf.TensorSpec]:
-        # each replica's part ends with its share of the global batch (KerasData.make_input); the
-        # step's own compute_loss scales for the replicas, as under keras.Model.fit
+        # each replica's part ends with its share of the global batch (KerasData.make_input): the
+        # step's Keras losses are scaled by it (_replica_step)
         return list(self._specs) + [SHARE_SPEC]
 
     def flatten(self, datapoint) -> list:
