@@ -15,8 +15,8 @@ from kerastrainer.models import FullyConnected
 from kerastrainer.predict import OfflinePredictor, PredictConfig
 from kerastrainer.tfutils import CheckpointLoadError, NonFiniteWeightsError, SmartInit, load_chkpt_vars
 from kerastrainer.tfutils.checkpoint_files import latest_checkpoint
+from kerastrainer.tfutils.checkpoint_write import checkpoint_variables
 from kerastrainer.tfutils.sessinit import CheckpointInit, find_resumable_checkpoint
-from kerastrainer.tfutils.varmanip import checkpoint_variables
 from kerastrainer.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer, TrainConfig,
                                 launch_train_with_config)
 from kerastrainer.utils import logger

@@ -42,6 +42,8 @@ ALIAS_MODULES = {
     "kerastrainer.graph_builder.model_desc": "tensorpack.graph_builder.model_desc -> train/model_desc.py",
     "kerastrainer.train.utility": "tensorpack.train.utility -> graph_builder/utils.py, graph_builder/distributed.py",
     "kerastrainer.utils.compatible_serialize": "tensorpack.utils.compatible_serialize -> utils/serialize.py",
+    "kerastrainer.tfutils.varmanip": "tensorpack.tfutils.varmanip -> tfutils/checkpoint_files.py, checkpoint_read.py, "
+                                     "variable_values.py",
 }
 
 # The core never imports compat/ (the TF1 translations): compat registers into the core's hooks

@@ -615,8 +615,9 @@ def test_float32_weights_rounded_into_float16_variables_are_named(tmp_path, kt_l
 
 
 def test_float32_weight_out_of_float16_range_is_refused_by_name(tmp_path):
+    from kerastrainer.tfutils.checkpoint_read import CheckpointLoadError
     from kerastrainer.tfutils.sessinit import SmartInit
-    from kerastrainer.tfutils.varmanip import CheckpointLoadError, save_chkpt_vars
+    from kerastrainer.tfutils.varmanip import save_chkpt_vars
     path = str(tmp_path / "ckpt")
     save_chkpt_vars({"fc/W": np.full((4, 4), 1e5, np.float32), "fc/b": np.zeros(4, np.float32)}, path)
     target = _Float16Target()

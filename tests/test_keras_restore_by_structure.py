@@ -19,7 +19,8 @@ from kerastrainer.predict import OfflinePredictor, PredictConfig
 from kerastrainer.tfutils import CheckpointLoadError, SmartInit, load_chkpt_vars
 from kerastrainer.tfutils.checkpoint_files import latest_checkpoint
 from kerastrainer.tfutils.sessinit import get_model_loader
-from kerastrainer.tfutils.varmanip import checkpoint_variables, match_by_structure, rename_by_structure
+from kerastrainer.tfutils.checkpoint_match import match_by_structure, rename_by_structure
+from kerastrainer.tfutils.checkpoint_write import checkpoint_variables
 from kerastrainer.train import AutoResumeTrainConfig, ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
 from kerastrainer.utils import logger
 

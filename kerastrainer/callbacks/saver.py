@@ -16,7 +16,7 @@ pointer on a complete checkpoint. ``tf.train.latest_checkpoint(dir)`` understand
 the pointer too; :func:`latest_checkpoint` also recovers when the pointer is missing.
 
 Variables are saved under their scoped names (``conv0/W``; see
-:mod:`kerastrainer.tfutils.varmanip`), so ``tf.train.list_variables(path)`` lists
+:mod:`kerastrainer.tfutils.checkpoint_write`), so ``tf.train.list_variables(path)`` lists
 them and loading matches names. Weights holding NaN or Inf are never saved: the
 previous checkpoint stays the latest.
 
@@ -44,8 +44,8 @@ from typing import List, Optional, Tuple
 
 from ..tfutils.checkpoint_files import (CHECKPOINT_PREFIX, POINTER_FILE as _POINTER, checkpoint_exists as _exists,
                                        latest_checkpoint, read_pointer as _read_pointer)
-from ..tfutils.varmanip import (FORMAT_KEY, NONFINITE_WEIGHTS_HINT, CheckpointWriteError, NonFiniteWeightsError,
-                                nonfinite_names, write_checkpoint)
+from ..tfutils.checkpoint_write import (FORMAT_KEY, NONFINITE_WEIGHTS_HINT, CheckpointWriteError,
+                                        NonFiniteWeightsError, nonfinite_names, write_checkpoint)
 from ..utils import logger
 from ..utils.casting import whole_number
 from .base import Callback
@@ -239,7 +239,7 @@ class ModelSaver(Callback):
     def _write(self, prefix: str) -> None:
         """Write the checkpoint files at ``prefix`` (a separate method so tests can break it).
 
-        Variables are saved by name (:mod:`~kerastrainer.tfutils.varmanip`) when the
+        Variables are saved by name (:mod:`~kerastrainer.tfutils.checkpoint_write`) when the
         trainer names them; a trainer that only has a ``tf.train.Checkpoint`` gets it
         written as it is. Non-finite weights raise ``NonFiniteWeightsError``.
         """

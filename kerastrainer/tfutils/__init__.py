@@ -8,7 +8,8 @@ from .tower import TowerFunc, TowerFuncWrapper, TowerTensorHandle, TowerTensorHa
 from .tower_func import ModelVariables, TowerFunction
 from . import gradproc, optimizer, sessinit, summary, tower  # noqa: E402 (named in __all__)
 from .common import get_global_step_value, get_global_step_var, get_tf_version_tuple  # noqa: E402
-from .varmanip import CheckpointWriteError, NonFiniteWeightsError, load_chkpt_vars
+from .checkpoint_read import load_chkpt_vars
+from .checkpoint_write import CheckpointWriteError, NonFiniteWeightsError
 
 __all__ = ["LayerStore", "get_default_layer_store", "get_variable", "reset_default_layer_store",
            "SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore", "NpzInit",

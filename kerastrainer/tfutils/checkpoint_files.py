@@ -18,7 +18,7 @@ from typing import List, Optional
 from ..utils import logger
 
 __all__ = ["CHECKPOINT_PREFIX", "POINTER_FILE", "latest_checkpoint", "get_checkpoint_path", "read_pointer",
-           "checkpoint_exists", "list_checkpoints"]
+           "checkpoint_exists", "list_checkpoints", "get_all_checkpoints"]
 
 CHECKPOINT_PREFIX = "checkpoint"
 POINTER_FILE = "checkpoint"
@@ -132,3 +132,13 @@ def get_checkpoint_path(path: str) -> str:
     if not os.path.isfile(path + ".index"):
         raise FileNotFoundError(f"Checkpoint '{path}' does not exist ({path}.index is missing).")
     return path
+
+
+def get_all_checkpoints(directory: str) -> List[str]:
+    """The complete checkpoints of ``directory``, oldest first (tensorpack's order).
+
+    Example::
+
+        for prefix in get_all_checkpoints('train_log/mnist'): print(prefix)
+    """
+    return list(reversed(list_checkpoints(directory)))

@@ -28,8 +28,10 @@ import tensorflow as tf
 from ..utils import logger
 from ..utils.npzfile import read_npz
 from .checkpoint_files import get_checkpoint_path, latest_checkpoint, list_checkpoints
-from .varmanip import (HYPERPARAMS_FROM, CheckpointLoadError, assign_by_name, assign_saved_value, counter_of,
-                       is_named_format, load_chkpt_vars, nonfinite_names, rename_by_structure, warn_rounded)
+from .checkpoint_load import HYPERPARAMS_FROM, assign_by_name, assign_saved_value, warn_rounded
+from .checkpoint_match import rename_by_structure
+from .checkpoint_read import CheckpointLoadError, counter_of, is_named_format, load_chkpt_vars
+from .checkpoint_write import nonfinite_names
 
 __all__ = ["SessionInit", "JustCurrentSession", "CheckpointInit", "SaverRestore", "DictRestore",
            "NpzInit", "ChainInit", "SmartInit", "get_checkpoint_path", "CheckpointLoadError",
