@@ -1,6 +1,8 @@
 """tensorpack 0.11's API as the public programs met it (FasterRCNN, PTB-LSTM, research code built on
 tensorpack): each test fails on the behaviour it replaced (a TypeError, a refusal, a missing name,
 a name that resolved to the wrong object)."""
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,8 +21,8 @@ def quiet_config(**kw):
     return TrainConfig(**kw)
 
 
-def _train(callbacks=(), max_epoch=1, model=None, **kw):
-    t = SimpleTrainer()
+def _train(callbacks=(), max_epoch=1, model=None, trainer=None, **kw):
+    t = trainer or SimpleTrainer()
     launch_train_with_config(quiet_config(model=model or MLP(), dataflow=LinearData(num_batches=4),
                                           callbacks=list(callbacks), max_epoch=max_epoch, **kw), t)
     return t
@@ -394,6 +396,19 @@ def test_progress_bar_shows_a_tower_tensor():
     bad = ProgressBar(["no_such_tensor"])
     with pytest.raises(ValueError, match="(?s)ProgressBar.*'no_such_tensor'"):
         _train([bad])
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 2])
+def test_progress_bar_says_a_tower_tensor_is_a_mean_over_several_steps(steps_per_call, kt_log):
+    """tensorpack showed each step's value; over several steps a call reports their mean, and says so."""
+    from kerastrainer.callbacks import ProgressBar
+    _train([ProgressBar(["cost", "train_error"])], model=ErrorNamed(),
+           trainer=SimpleTrainer(steps_per_call=steps_per_call))
+    said = [m for m in kt_log.at_level(logging.WARNING) if "ProgressBar" in m and "mean" in m]
+    if steps_per_call == 1:
+        assert not said
+    else:
+        assert len(said) == 1 and "'train_error'" in said[0] and "2 steps" in said[0], said
 
 
 def test_every_tensorpack_module_is_at_its_path():

@@ -46,7 +46,7 @@ class ProgressBar(Callback):
     ``trainer.last_step_outputs`` (the cost, moving summaries: the last call's averages), or,
     as tensorpack fetched them each step, scalar tensors named in the tower
     (``tf.reduce_mean(wrong, name='train_error')``), which the train step then reports too (their
-    mean over the call's steps). On a stream that is not a terminal it refreshes at most
+    mean over the call's steps, which a warning says once). On a stream that is not a terminal it refreshes at most
     once a minute, so logs stay short. Chief only.
 
     Args:
@@ -67,6 +67,7 @@ class ProgressBar(Callback):
         self._names = list(names)
         self._bar = None
         self._missing_warned = set()
+        self._mean_said = False
 
     def _setup_graph(self):
         # the trainer's own 'cost' is always among the outputs; the rest may be tower tensors
@@ -94,6 +95,11 @@ class ProgressBar(Callback):
         post = {}
         for n in self._names:
             value = outputs.get(n, outputs.get("_fetch:" + n))
+            if value is not None and n not in outputs and not self._mean_said and self.trainer.last_call_steps > 1:
+                self._mean_said = True
+                logger.warn("ProgressBar: '%s' is the mean of its values over the %d steps of each train call "
+                            "(tensorpack showed the last step's value); a trainer made with steps_per_call=1 shows "
+                            "each step's.", n, self.trainer.last_call_steps)
             if value is not None:
                 post[n] = f"{float(value):.4g}"
             elif n not in self._missing_warned:
