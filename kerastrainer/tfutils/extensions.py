@@ -96,6 +96,17 @@ def code_names_tf1(fn: Callable) -> bool:
     candidates = [fn] if owner is None else [c for c in type(owner).__mro__ if c is not object]
     if owner is not None:
         candidates += [v for v in vars(owner).values() if inspect.isfunction(v) or inspect.ismethod(v)]
+    # a closure made by a model's method (an inference tower of ``get_inference_func(attacker)``):
+    # the functions it holds and the classes of the objects it holds (that model) count too
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            held = cell.cell_contents
+        except ValueError:   # an empty cell
+            continue
+        if inspect.isfunction(held) or inspect.ismethod(held):
+            candidates.append(held)
+        elif not isinstance(held, type):
+            candidates += [c for c in type(held).__mro__ if c is not object]
     return any(_source_names_tf1(c) for c in candidates)
 
 

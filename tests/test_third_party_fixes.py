@@ -1,0 +1,66 @@
+"""Focused tests of what the third-party tensorpack programs (tests/third_party/) needed fixed in
+kerastrainer; each names the program that met it."""
+import numpy as np
+import tensorflow as tf
+
+from kerastrainer import (BatchData, DataFromList, FullyConnected, InferenceRunner, ModelDesc, ScalarStats,
+                          SimpleTrainer, TrainConfig, launch_train_with_config)
+from kerastrainer.compat import tfv1
+from kerastrainer.tfutils.tower import TowerFunc
+
+
+def _data(n=16, batch=4):
+    rng = np.random.RandomState(0)
+    return BatchData(DataFromList([[rng.normal(size=4).astype("float32"), np.int32(i % 3)] for i in range(n)],
+                                  shuffle=False), batch)
+
+
+class _AttackedModel(ModelDesc):
+    """ImageNet-Adversarial-Training's cifar10.py: the training tower is TF1 code; the inference
+    towers come from ``get_inference_func(attacker)``, a closure that names no TF1 API itself and
+    runs the network again inside a ``tf.while_loop`` (the attack)."""
+
+    def inputs(self):
+        return [tf.TensorSpec((None, 4), tf.float32, "x"), tf.TensorSpec((None,), tf.int32, "y")]
+
+    def get_logits(self, x):
+        with tfv1.variable_scope("net", reuse=tfv1.AUTO_REUSE):
+            return FullyConnected("fc", x, 3)
+
+    def build_graph(self, x, y):
+        logits = self.get_logits(x)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="cost")
+
+    def get_inference_func(self, steps):
+        def tower_func(x, y):
+            adv, = tf.while_loop(lambda _: True, lambda a: (a + 0.01 * tf.sign(self.get_logits(a)[:, :1]),), (x,),
+                                 maximum_iterations=steps)
+            logits = self.get_logits(adv)
+            tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="adv_cost")
+        return TowerFunc(tower_func, self.get_input_signature())
+
+    def optimizer(self):
+        return tfv1.train.GradientDescentOptimizer(0.1)
+
+
+def test_a_closure_made_by_a_tf1_models_method_is_tf1_code():
+    from kerastrainer.tfutils.extensions import code_names_tf1
+    model = _AttackedModel()
+    assert code_names_tf1(model.get_inference_func(2).fn) is True
+
+    def plain(x, y):   # a closure holding nothing of a TF1 program stays TF2 code
+        return tf.reduce_mean(x) + tf.cast(tf.reduce_mean(y), tf.float32)
+    assert code_names_tf1(plain) is False
+
+
+def test_an_inference_tower_of_a_closure_reuses_the_trained_layers_inside_a_while_loop():
+    # it failed: the loop body's layer was keyed 'while/net/fc' (a name scope) and was "created after
+    # the model was built"
+    model = _AttackedModel()
+    trainer = SimpleTrainer(steps_per_call=1)
+    runner = InferenceRunner(_data(8), [ScalarStats("adv_cost")], tower_name="eval-attack",
+                             tower_func=model.get_inference_func(3))
+    launch_train_with_config(TrainConfig(model=model, dataflow=_data(), max_epoch=1, callbacks=[runner],
+                                         extra_callbacks=[], monitors=[]), trainer)
+    assert sorted(trainer.named_variables()) == ["net/fc/W", "net/fc/b"]
+    assert np.isfinite(trainer.monitors.get_latest("validation_adv_cost"))
