@@ -1,6 +1,6 @@
-"""One fence for Keras/TF internals (issue 25 item 1): ``kerastrainer/_internals.py`` is the only
-module that imports ``keras.src`` / ``tensorflow.python`` or touches a private attribute of a Keras
-or TF object, and it checks the installed versions against the tested range."""
+"""One fence for Keras/TF internals: the package ``kerastrainer/_internals/`` (one module per concern)
+is the only place that imports ``keras.src`` / ``tensorflow.python`` or touches a private attribute of
+a Keras or TF object, and it checks the installed versions against the tested range."""
 import os
 import re
 import warnings
@@ -8,10 +8,11 @@ import warnings
 import pytest
 
 from kerastrainer import _internals
+from kerastrainer._internals import versions
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(REPO, "kerastrainer")
-FENCE = os.path.join(PKG, "_internals.py")
+FENCE = os.path.join(PKG, "_internals")
 
 # Private attributes of Keras/TF objects that kerastrainer uses (all in the fence). A new use of
 # one of these names elsewhere in the package fails below; a new internal goes in the fence.
@@ -32,7 +33,7 @@ def _sources():
         for f in filenames:
             if f.endswith(".py"):
                 path = os.path.join(dirpath, f)
-                if path != FENCE:
+                if os.path.commonpath([path, FENCE]) != FENCE:
                     with open(path, encoding="utf-8") as fh:
                         yield os.path.relpath(path, REPO), fh.read()
 
@@ -44,9 +45,22 @@ def _code_lines(text):
             yield i, code
 
 
+def _fence_text():
+    texts = []
+    for f in sorted(os.listdir(FENCE)):
+        if f.endswith(".py"):
+            with open(os.path.join(FENCE, f), encoding="utf-8") as fh:
+                texts.append(fh.read())
+    return "\n".join(texts)
+
+
+def test_the_fence_is_one_package_of_small_modules():
+    assert os.path.isdir(FENCE) and not os.path.exists(FENCE + ".py")
+    assert all(getattr(_internals, name, None) is not None for name in _internals.__all__)
+
+
 def test_the_grep_finds_something_in_the_fence():
-    with open(FENCE, encoding="utf-8") as f:
-        text = f.read()
+    text = _fence_text()
     assert _INTERNAL_IMPORT.search(text)
     assert "._value" in text and "._update_input" in text
 
@@ -56,7 +70,7 @@ def test_no_internal_imports_outside_the_fence():
     # also a dotted string handed to importlib
     bad += [f"{path}:{i}" for path, text in _sources() for i, code in _code_lines(text)
             if re.search(r"[\"'](keras\.src|tensorflow\.python)\b", code)]
-    assert not bad, "keras.src / tensorflow.python used outside kerastrainer/_internals.py:\n" + "\n".join(bad)
+    assert not bad, "keras.src / tensorflow.python used outside kerastrainer/_internals/:\n" + "\n".join(bad)
 
 
 def test_no_foreign_private_attributes_outside_the_fence():
@@ -64,7 +78,7 @@ def test_no_foreign_private_attributes_outside_the_fence():
     attr = re.compile(rf"\.({names})\b|[\"']({names})[\"']")
     bad = [f"{path}:{i}: {code.strip()}" for path, text in _sources() for i, code in _code_lines(text)
            if attr.search(code)]
-    assert not bad, ("a private attribute of a Keras/TF object is touched outside kerastrainer/_internals.py "
+    assert not bad, ("a private attribute of a Keras/TF object is touched outside kerastrainer/_internals/ "
                      "(add a named function there):\n" + "\n".join(bad))
 
 
@@ -77,20 +91,20 @@ def test_every_fence_function_says_why():
 
 @pytest.fixture
 def fresh_check(monkeypatch):
-    monkeypatch.setitem(_internals._checked, "done", False)
+    monkeypatch.setitem(versions._checked, "done", False)
     yield
-    _internals._checked["done"] = True
+    versions._checked["done"] = True
 
 
 def test_versions_in_range_do_not_warn(fresh_check, monkeypatch):
-    monkeypatch.setattr(_internals, "installed_versions", lambda: ("2.21.3", "3.15.0"))
+    monkeypatch.setattr(versions, "installed_versions", lambda: ("2.21.3", "3.15.0"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _internals.check_versions()
 
 
 def test_versions_out_of_range_warn_once_naming_both(fresh_check, monkeypatch):
-    monkeypatch.setattr(_internals, "installed_versions", lambda: ("2.22.0", "3.16.1"))
+    monkeypatch.setattr(versions, "installed_versions", lambda: ("2.22.0", "3.16.1"))
     with pytest.warns(RuntimeWarning, match=r"TensorFlow 2\.22\.0 and Keras 3\.16\.1"):
         _internals.check_versions()
     with warnings.catch_warnings():
@@ -100,7 +114,7 @@ def test_versions_out_of_range_warn_once_naming_both(fresh_check, monkeypatch):
 
 def test_a_moved_internal_that_changes_numbers_raises(fresh_check, monkeypatch):
     import builtins
-    monkeypatch.setattr(_internals, "installed_versions", lambda: ("2.22.0", "3.16.1"))
+    monkeypatch.setattr(versions, "installed_versions", lambda: ("2.22.0", "3.16.1"))
     real_import = builtins.__import__
 
     def no_keras_src(name, *args, **kwargs):

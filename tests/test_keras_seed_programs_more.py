@@ -131,8 +131,8 @@ def test_loss_none_without_add_loss_and_missing_targets_say_what_to_give():
 
 
 def test_replica_threads_draw_from_the_callers_keras_seed_generator():
-    """with_keras_random_state (kerastrainer/_internals.py): tf.distribute traces replicas in threads of their own,
-    where Keras 3 has no global seed generator (it is per thread)."""
+    """with_keras_random_state (kerastrainer/_internals/keras_calls.py): tf.distribute traces replicas in
+    threads of their own, where Keras 3 has no global seed generator (it is per thread)."""
     from keras.src.random.seed_generator import global_seed_generator
     from kerastrainer._internals import with_keras_random_state
 
