@@ -21,7 +21,9 @@ extras = {
     # pytest-timeout: a test that hangs fails with every thread's stack (pyproject.toml), never stalls CI
     "test": ["pytest>=7", "pytest-timeout>=2.1", "scikit-learn>=1.3",
              # the oracle of tests/differential/ (a subprocess with TF_USE_LEGACY_KERAS=1), never the library's
-             "tensorpack==0.11", "tf-keras==2.21.0", "msgpack-numpy>=0.4", "termcolor>=1.1", "six"],
+             "tensorpack==0.11", "tf-keras==2.21.0", "msgpack-numpy>=0.4", "termcolor>=1.1", "six",
+             # tests/tensorpack_examples/FasterRCNN (the port's COCO evaluation and polygon masks)
+             "pycocotools>=2.0"],
     "plot": ["matplotlib>=3.7"],
     "hdf5": ["h5py>=3.8"],
     "mat": ["scipy>=1.10"],  # MATLAB .mat datasets (SVHNDigit, Caltech101Silhouettes)
