@@ -306,7 +306,8 @@ def test_global_batch_that_workers_cannot_share_is_an_error():
 
 
 def test_worker_takes_its_parts_of_each_global_batch():
-    from kerastrainer.keras.data import SplitBatches, as_keras_data
+    from kerastrainer.keras.batch_flows import SplitBatches
+    from kerastrainer.keras.data import as_keras_data
     x, y = batch_rule.make_data()
     for data in [(x, y), tf.data.Dataset.from_tensor_slices((x, y)).batch(10)]:
         kd = as_keras_data(data, batch_size=10 if isinstance(data, tuple) else None, shuffle=False)

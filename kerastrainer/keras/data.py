@@ -25,6 +25,10 @@ more component, the replica's *share* ``n_replica * N / n_global`` (1.0 for an
 even split or a whole batch): the tower weights its loss by it, so uneven splits
 give the whole batch's loss and gradients.
 
+The DataFlows of each kind of data and the split of a batch are
+:mod:`~kerastrainer.keras.batch_flows`'; ``class_weight`` and ``validation_split``
+:mod:`~kerastrainer.keras.data_arguments`'.
+
 Example::
 
     data = as_keras_data((x_train, y_train), batch_size=64)
@@ -34,276 +38,26 @@ Example::
 from __future__ import annotations
 
 import inspect
-import itertools
-import math
-import random
 from typing import Callable, Optional, Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from ..dataflow.base import DataFlow, ProxyDataFlow, RNGDataFlow, is_dataflow
+from ..dataflow.base import DataFlow, is_dataflow
 from ..input_source.base import InputSource
 from ..input_source.dataset import TFDatasetInput
 from ..input_source.queue import QueueInput
 from ..utils import logger
 from ..utils.casting import whole_number
+from .batch_flows import (DEFAULT_BATCH_SIZE, ArrayBatches, GeneratorFlow, PyDatasetFlow, SplitBatches,
+                          TFDatasetFlow, _FlatBatches, _is_arrays, _map, _Peeked)
+from .batch_flows import _FirstBatches  # noqa: F401 (keras/model.py imports it from here)
 
-__all__ = ["KerasData", "as_keras_data", "ArrayBatches", "SplitBatches", "PyDatasetFlow", "TFDatasetFlow",
-           "GeneratorFlow", "SpecSample", "SHARE_SPEC"]
+__all__ = ["KerasData", "as_keras_data", "SpecSample", "SHARE_SPEC"]
 
-DEFAULT_BATCH_SIZE = 32
 #: the last component of every flat batch: the replica's share of the global batch
 SHARE_SPEC = tf.TensorSpec([], tf.float32, name="replica_share")
-
-
-def _leaves(struct) -> list:
-    if isinstance(struct, dict):
-        return [v for k in struct for v in _leaves(struct[k])]
-    if isinstance(struct, (list, tuple)):
-        return [v for s in struct for v in _leaves(s)]
-    return [struct]
-
-
-def _map(fn: Callable, struct):
-    if isinstance(struct, dict):
-        return {k: _map(fn, v) for k, v in struct.items()}
-    if isinstance(struct, (list, tuple)):
-        return type(struct)(_map(fn, s) for s in struct) if isinstance(struct, tuple) else [_map(fn, s) for s in struct]
-    return fn(struct)
-
-
-class ArrayBatches(RNGDataFlow):
-    """Global batches ``(x, y)`` from in-memory arrays (x and y may be lists or dicts of arrays).
-
-    The last batch of an epoch is smaller when ``batch_size`` does not divide the
-    number of samples (as in ``keras.Model.fit``).
-
-    Example::
-
-        ds = ArrayBatches(x, y, batch_size=64, shuffle=True)
-    """
-
-    def __init__(self, x, y, batch_size: int = DEFAULT_BATCH_SIZE, shuffle: bool = True, sample_weight=None):
-        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int; got {batch_size!r}")
-        x = _map(np.asarray, x)
-        y = _map(np.asarray, y) if y is not None else None
-        sw = _map(np.asarray, sample_weight) if sample_weight is not None else None
-        if sw is not None and y is None:
-            raise ValueError("sample_weight was given without targets y.")
-        arrays = _leaves(x) + (_leaves(y) if y is not None else []) + (_leaves(sw) if sw is not None else [])
-        sizes = {len(a) if a.ndim else -1 for a in arrays}
-        if len(sizes) != 1 or -1 in sizes:
-            shapes = [a.shape for a in arrays]
-            raise ValueError(f"The input arrays must all have the same number of samples (first dimension); "
-                             f"got shapes {shapes}.")
-        self.n = sizes.pop()
-        if self.n == 0:
-            raise ValueError("The input arrays hold no sample.")
-        self.x, self.y, self.sample_weight = x, y, sw
-        self.batch_size = whole_number(batch_size, "batch_size", minimum=1)
-        self.shuffle = bool(shuffle)
-
-    def __len__(self) -> int:
-        return int(math.ceil(self.n / self.batch_size))
-
-    def batch(self, idx):
-        take = lambda a: a[idx]  # noqa: E731
-        x = _map(take, self.x)
-        if self.y is None:
-            return (x,)
-        if self.sample_weight is None:
-            return (x, _map(take, self.y))
-        return (x, _map(take, self.y), _map(take, self.sample_weight))
-
-    def __iter__(self):
-        order = np.arange(self.n)
-        if self.shuffle:
-            if self.rng is None:
-                self.reset_state()
-            self.rng.shuffle(order)
-        for s in range(0, self.n, self.batch_size):
-            idx = order[s:s + self.batch_size]
-            # contiguous slices are views: cheaper than fancy indexing
-            yield self.batch(slice(s, s + self.batch_size) if not self.shuffle else idx)
-
-
-class PyDatasetFlow(DataFlow):
-    """The batches of a ``keras.utils.PyDataset`` (or any ``keras.utils.Sequence``), in order, or
-    with ``shuffle`` in another order each pass, drawn as Keras draws it (Python's ``random``,
-    which ``keras.utils.set_random_seed`` seeds: the same order as ``fit`` under the same seed).
-
-    ``on_epoch_end()`` of the PyDataset runs after each pass. Its own worker
-    settings are not used: batches are read in the input thread (wrap the
-    DataFlow in ``MultiProcessRunnerZMQ`` for parallel loading).
-    """
-
-    def __init__(self, pyds, shuffle: bool = False):
-        self.pyds = pyds
-        self.shuffle = bool(shuffle)
-        self.bare_x = None   # whether the first item was a dict of inputs alone, once read
-
-    def __len__(self) -> int:
-        n = getattr(self.pyds, "num_batches", None)
-        return int(n) if n is not None else len(self.pyds)
-
-    def __iter__(self):
-        order = list(range(len(self)))
-        if self.shuffle:
-            random.shuffle(order)
-        for i in order:
-            item = self.pyds[i]
-            if self.bare_x is None:   # (Keras wraps a bare array as (x,), and keeps a dict as it is)
-                self.bare_x = isinstance(item, dict)
-            yield tuple(item) if isinstance(item, (list, tuple)) else (item,)
-        end = getattr(self.pyds, "on_epoch_end", None)
-        if callable(end):
-            end()
-
-
-class GeneratorFlow(DataFlow):
-    """The batches of a Python generator or iterator (what Keras 2's ``fit_generator`` took).
-
-    It is read on and never restarted: an endless generator gives every epoch, a finite
-    one only its items. Its length is unknown: give ``steps_per_epoch``.
-    """
-
-    def __init__(self, iterator):
-        self.iterator = iterator
-
-    def __iter__(self):
-        for item in self.iterator:
-            yield tuple(item) if isinstance(item, (list, tuple)) else (item,)
-
-
-class TFDatasetFlow(DataFlow):
-    """A finite ``tf.data.Dataset`` read eagerly as a DataFlow of numpy datapoints (for validation)."""
-
-    def __init__(self, dataset: tf.data.Dataset):
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        n = int(self.dataset.cardinality())
-        if n < 0:
-            raise NotImplementedError("the dataset's cardinality is unknown")
-        return n
-
-    def __iter__(self):
-        for elem in self.dataset.as_numpy_iterator():
-            yield elem
-
-
-class _FlatBatches(ProxyDataFlow):
-    """Flat ``[inputs..., targets...]`` lists from datapoints of any accepted form
-    (``[..., share]`` with ``with_share``: a whole batch's share is 1)."""
-
-    def __init__(self, ds, flatten: Callable, with_share: bool = False):
-        super().__init__(ds)
-        self.flatten = flatten
-        self.with_share = with_share
-
-    def __iter__(self):
-        for dp in self.ds:
-            flat = [np.asarray(c) for c in self.flatten(dp)]
-            yield flat + [np.float32(1.0)] if self.with_share else flat
-
-
-class _FirstBatches(ProxyDataFlow):
-    """The first ``n`` datapoints of each pass (Keras' ``validation_steps``); a generator reads on."""
-
-    def __init__(self, ds, n: int):
-        super().__init__(ds)
-        self.n = int(n)
-
-    def __len__(self) -> int:
-        try:
-            return min(self.n, len(self.ds))
-        except (TypeError, NotImplementedError):
-            return self.n
-
-    def __iter__(self):
-        yield from itertools.islice(self.ds, self.n)
-
-
-class SplitBatches(ProxyDataFlow):
-    """Split each flat global batch into ``num_parts`` per-replica batches (Keras' global-batch rule).
-
-    Batches smaller than ``num_parts`` are dropped, with one warning. With
-    ``with_share`` each part ends with its share ``len(part) * num_parts / len(batch)``
-    (a float32 scalar): the loss of a part weighted by its share, averaged over the
-    parts, is the loss of the whole batch. ``parts`` (default all) are the indices of
-    the parts yielded: a worker's own replicas' parts of a global batch.
-
-    Example::
-
-        ds = SplitBatches(ds, 2)    # a batch of 64 -> two batches of 32; 93 -> 47 and 46
-        ds = SplitBatches(ds, 4, parts=range(2, 4))   # worker 1 of 2 (2 replicas each): the last 32
-    """
-
-    def __init__(self, ds, num_parts: int, with_share: bool = False, parts: Optional[range] = None):
-        super().__init__(ds)
-        self.num_parts = int(num_parts)
-        self.with_share = with_share
-        self.parts = range(self.num_parts) if parts is None else parts
-        if not self.parts or self.parts[0] < 0 or self.parts[-1] >= self.num_parts:
-            raise ValueError(f"parts={parts!r} must be a range inside range({self.num_parts}).")
-        self._warned = False
-
-    def __len__(self) -> int:
-        return len(self.ds) * len(self.parts)
-
-    def __iter__(self):
-        n = self.num_parts
-        for dp in self.ds:
-            size = len(dp[0])
-            if size < n:
-                if not self._warned:
-                    self._warned = True
-                    logger.warning("A batch of %d samples cannot be split across %d replicas; it is skipped.",
-                                   size, n)
-                continue
-            bounds = [(i * size) // n for i in range(n + 1)]
-            for i in self.parts:
-                part = [c[bounds[i]:bounds[i + 1]] for c in dp]
-                if self.with_share:
-                    part.append(np.float32((bounds[i + 1] - bounds[i]) * n / size))
-                yield part
-
-
-class _Peeked(ProxyDataFlow):
-    """A DataFlow whose first datapoint was read to learn the data's shapes; it is yielded first."""
-
-    def __init__(self, ds):
-        super().__init__(ds)
-        self._reset = False
-        self._first = None
-        self._it = None
-
-    def reset_state(self):
-        if not self._reset:  # the wrapped DataFlow is reset once per process
-            self._reset = True
-            self.ds.reset_state()
-
-    def peek(self):
-        if self._first is None:
-            self.reset_state()
-            self._it = iter(self.ds)
-            try:
-                self._first = next(self._it)
-            except StopIteration:
-                raise ValueError(f"The DataFlow {type(self.ds).__name__} produced no datapoint.") from None
-        return self._first
-
-    def __iter__(self):
-        if self._it is not None:
-            it, first = self._it, self._first
-            self._it = None
-            yield first
-            yield from it
-            return
-        yield from self.ds
 
 
 def _split_dataset(ds: tf.data.Dataset, n: int, parts: Optional[range] = None) -> tf.data.Dataset:
@@ -537,104 +291,7 @@ def _stand_in(element_spec):
     return tf.nest.map_structure(SpecSample, element_spec)
 
 
-def _is_arrays(data) -> bool:
-    """Whether ``data`` is array-like inputs ``x``: an array, or a list / dict of arrays."""
-    leaves = _leaves(data)
-    return bool(leaves) and all(hasattr(a, "shape") and hasattr(a, "dtype") for a in leaves)
-
-
 def _no_batch_size(batch_size, what: str) -> None:
     if batch_size is not None:
         raise ValueError(f"batch_size applies to numpy arrays only; {what} is already batched. "
                          "Leave batch_size out.")
-
-
-# --- Keras's class_weight and validation_split ---------------------------------------------------
-def class_weights_of(y, class_weight: dict):
-    """Keras's sample weights for ``class_weight`` (numpy): a one-hot ``y`` is its argmax, a
-    ``(n, 1)`` column is squeezed, labels are rounded to ints; a class left out weighs 1.
-
-    Example::
-
-        class_weights_of(np.array([0, 1, 1]), {1: 2.0})   # [1., 2., 2.]
-    """
-    y = np.asarray(y)
-    if y.ndim > 1:
-        y = np.argmax(y, axis=-1) if y.shape[-1] != 1 else np.squeeze(y, axis=-1)
-    labels = np.round(y).astype("int64")
-    return np.array([float(class_weight.get(int(c), 1.0)) for c in labels.reshape(-1)],
-                    np.float32).reshape(labels.shape)
-
-
-def _class_weights_tf(y, class_weight: dict) -> tf.Tensor:
-    """:func:`class_weights_of` on a tensor (a ``tf.data`` map)."""
-    y = tf.convert_to_tensor(y)
-    if y.shape.rank is not None and y.shape.rank > 1:
-        y = tf.argmax(y, axis=-1) if y.shape[-1] != 1 else tf.squeeze(y, axis=-1)
-    labels = tf.cast(tf.round(tf.cast(y, tf.float32)), tf.int64)
-    n = max(int(k) for k in class_weight) + 1
-    table = np.ones(n, np.float32)
-    for k, v in class_weight.items():
-        table[int(k)] = float(v)
-    in_range = tf.logical_and(labels >= 0, labels < n)
-    return tf.where(in_range, tf.gather(tf.constant(table), tf.clip_by_value(labels, 0, n - 1)), 1.0)
-
-
-class _ClassWeighted(ProxyDataFlow):
-    """``(x, y)`` batches -> ``(x, y, class weights of y)``."""
-
-    def __init__(self, ds, class_weight: dict):
-        super().__init__(ds)
-        self.class_weight = class_weight
-
-    def __iter__(self):
-        for dp in self.ds:
-            yield _with_class_weights(dp, self.class_weight)
-
-
-def _with_class_weights(dp, class_weight: dict):
-    if not (isinstance(dp, (list, tuple)) and len(dp) == 2):
-        raise ValueError("class_weight needs (x, y) batches with one target array (as in Keras); "
-                         f"got a datapoint of {len(dp) if hasattr(dp, '__len__') else '?'} components.")
-    if isinstance(dp[1], (list, tuple, dict)):
-        raise ValueError("class_weight is not supported for a model with several targets (as in Keras): "
-                         "give sample_weight instead.")
-    return (dp[0], dp[1], class_weights_of(dp[1], class_weight))
-
-
-def apply_class_weight(data, class_weight: dict):
-    """``data`` (any form ``fit`` takes, not numpy arrays) with Keras's class weights as its
-    sample weights: a ``tf.data.Dataset`` is mapped, the rest become a DataFlow."""
-    if isinstance(data, tf.data.Dataset):
-        def add(*e):
-            if len(e) != 2 or isinstance(e[1], (tuple, dict)):
-                raise ValueError("class_weight needs a dataset of (x, y) batches with one target (as in Keras).")
-            return e[0], e[1], _class_weights_tf(e[1], class_weight)
-        return data.map(add)
-    if isinstance(data, keras.utils.PyDataset):
-        return _ClassWeighted(PyDatasetFlow(data), class_weight)
-    if is_dataflow(data):
-        return _ClassWeighted(data, class_weight)
-    if inspect.isgenerator(data) or (hasattr(data, "__next__") and hasattr(data, "__iter__")):
-        return _ClassWeighted(GeneratorFlow(data), class_weight)
-    raise TypeError(f"class_weight cannot be applied to a {type(data).__name__}.")
-
-
-def split_validation(x, y, sample_weight, fraction: float):
-    """Keras's ``validation_split``: the last ``fraction`` of the samples (taken before any
-    shuffling) is the validation data. Returns ``((x, y, sw) for training, (x, y, sw) held out)``.
-
-    Example::
-
-        (xt, yt, _), (xv, yv, _) = split_validation(x, y, None, 0.2)   # xv = x[int(0.8 * n):]
-    """
-    if not _is_arrays(x):
-        raise ValueError("validation_split is only supported for numpy arrays (as in Keras); give "
-                         "validation_data for a tf.data.Dataset, a PyDataset, a generator or a DataFlow.")
-    n = len(_leaves(x)[0])
-    split_at = int(math.floor(n * (1.0 - fraction)))
-    if split_at == 0 or split_at == n:
-        raise ValueError(f"validation_split={fraction} leaves no training or no validation sample of {n}.")
-    head = lambda s: None if s is None else _map(lambda a: np.asarray(a)[:split_at], s)  # noqa: E731
-    tail = lambda s: None if s is None else _map(lambda a: np.asarray(a)[split_at:], s)  # noqa: E731
-    return (head(x), head(y), head(sample_weight)), (tail(x), tail(y), tail(sample_weight))

@@ -27,7 +27,8 @@ from ..dataflow.shard import ShardedDataFlow
 from ..train.base import Trainer
 from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 from ..utils import logger
-from .data import DEFAULT_BATCH_SIZE, _is_arrays, _map, apply_class_weight, class_weights_of, split_validation
+from .batch_flows import DEFAULT_BATCH_SIZE, _is_arrays, _map
+from .data_arguments import apply_class_weight, class_weights_of, split_validation
 
 __all__ = []  # KerasModel's helpers
 
