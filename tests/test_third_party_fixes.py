@@ -64,3 +64,38 @@ def test_an_inference_tower_of_a_closure_reuses_the_trained_layers_inside_a_whil
                                          extra_callbacks=[], monitors=[]), trainer)
     assert sorted(trainer.named_variables()) == ["net/fc/W", "net/fc/b"]
     assert np.isfinite(trainer.monitors.get_latest("validation_adv_cost"))
+
+
+def test_send_dataflow_zmq_waits_for_a_receiver_that_comes_later():
+    # ImageNet-Adversarial-Training's third_party/serve-data.py is started first; main.py connects its
+    # RemoteDataZMQ once its ResNet is built, minutes later: the sender gave up after 30 s
+    import inspect
+    import socket
+    import threading
+    import time
+
+    from kerastrainer.dataflow.remote import RemoteDataZMQ, send_dataflow_zmq
+
+    assert inspect.signature(send_dataflow_zmq).parameters["timeout"].default is None   # tensorpack's
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        addr = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    result = {}
+
+    def serve():
+        try:
+            result["sent"] = send_dataflow_zmq(DataFromList([[np.int64(i)] for i in range(3)], shuffle=False), addr,
+                                               bind=True, timeout=None, num_epochs=1)
+        except Exception as e:   # pragma: no cover - reported below
+            result["error"] = e
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    time.sleep(1.5)   # nobody connected yet: the sender waits
+    assert t.is_alive() and not result
+    ds = RemoteDataZMQ(addr, bind=False)
+    ds.reset_state()
+    it = iter(ds)
+    got = [int(next(it)[0]) for _ in range(3)]
+    t.join(60)
+    assert got == [0, 1, 2] and result == {"sent": 3}

@@ -60,6 +60,7 @@ __all__ = ["send_dataflow_zmq", "RemoteDataZMQ"]
 
 _FORMATS = (None, "frames", "buffer")
 _MAX_LINGER_S = 2_000_000   # under 2**31 ms
+_DEFAULT_LINGER_S = 30.0    # a sender that waits for receivers forever still ends without hanging
 _LOG_EVERY_S = 60.0
 
 
@@ -80,7 +81,7 @@ class _PeerCounter:
         return self.peers
 
 
-def _send_or_wait(sock: zmq.Socket, frames: list, peers: _PeerCounter, addr: str, timeout: float) -> None:
+def _send_or_wait(sock: zmq.Socket, frames: list, peers: _PeerCounter, addr: str, timeout: Optional[float]) -> None:
     try:
         sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
         return
@@ -99,7 +100,7 @@ def _send_or_wait(sock: zmq.Socket, frames: list, peers: _PeerCounter, addr: str
             continue
         now = time.monotonic()
         alone_since = alone_since or now
-        if now - alone_since > timeout:
+        if timeout is not None and now - alone_since > timeout:
             raise TimeoutError(
                 f"send_dataflow_zmq: no receiver connected to {addr} for {timeout:.0f} s. Start "
                 f"RemoteDataZMQ (or another PULL socket) on that address, or check the address and port.")
@@ -129,7 +130,7 @@ def _check_timeout(value, who: str, allow_none: bool) -> Optional[float]:
 
 
 def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None, bind: bool = False,
-                      timeout: float = 30.0, num_epochs: Optional[int] = None,
+                      timeout: Optional[float] = None, num_epochs: Optional[int] = None,
                       max_message_bytes: Optional[int] = DEFAULT_MAX_MESSAGE_BYTES,
                       max_message_frames: Optional[int] = DEFAULT_MAX_MESSAGE_FRAMES) -> int:
     """Run ``df`` and send every datapoint to ``addr`` with a ZeroMQ PUSH socket.
@@ -142,7 +143,9 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
             ``"buffer"`` (one frame per datapoint). :class:`RemoteDataZMQ` reads both.
         bind: bind ``addr`` instead of connecting to it.
         timeout: seconds without any connected receiver after which a ``TimeoutError``
-            naming ``addr`` is raised.
+            naming ``addr`` is raised; None (the default, tensorpack's behaviour) waits for
+            receivers forever: a data server is started before its trainer, which connects once its
+            graph is built, and it outlives a trainer to serve the next one.
         num_epochs: passes over ``df`` to send; None (tensorpack's behaviour) loops forever.
         max_message_bytes: the largest datapoint (encoded) to send; a larger one raises
             ``ValueError``. Keep it equal to the receiver's (None: no limit).
@@ -163,7 +166,7 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
     check_dataflow(df, "send_dataflow_zmq: df")
     max_bytes = _check_max_bytes(max_message_bytes, "send_dataflow_zmq")
     max_frames = _check_max_frames(max_message_frames, "send_dataflow_zmq")
-    timeout = _check_timeout(timeout, "send_dataflow_zmq", allow_none=False)
+    timeout = _check_timeout(timeout, "send_dataflow_zmq", allow_none=True)
     to_frames = (lambda dp: [dumps(dp)]) if format == "buffer" else dumps_frames
 
     def encode(dp):
@@ -178,7 +181,7 @@ def send_dataflow_zmq(df, addr: str, hwm: int = 50, format: Optional[str] = None
     sock.sndhwm = hwm
     sock.immediate = 1   # queue nothing for a receiver that is not connected yet
     # deliver what is queued at the end, but never hang on it (zmq's linger is an int of ms)
-    sock.linger = int(min(timeout, _MAX_LINGER_S) * 1000)
+    sock.linger = int(min(timeout or _DEFAULT_LINGER_S, _MAX_LINGER_S) * 1000)
     peers = _PeerCounter(sock)
     try:
         try:
