@@ -18,7 +18,7 @@ zoo's ResNet-50 v1.5, one LMS block per bottleneck block: 16 blocks).
 
     python bench/lms.py                                        # CPU: convnet, batch 16, 64x64
     python bench/lms.py --gpu --search --model resnet50 --size 224 --memory-limit-mb 8192 \\
-        --policies none,offload,recompute,offload+recompute   # issue 15, item 5
+        --policies none,offload,recompute,offload+recompute
     python bench/lms.py --search --memory-limit-mb 300 --steps 2   # the same search on CPU
 """
 import argparse

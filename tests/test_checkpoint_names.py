@@ -114,7 +114,7 @@ def test_other_creation_order_loads_each_weight_by_name(tmp_path):
 def test_inserted_layer_is_named_and_nothing_else_is_blamed(tmp_path, kt_log):
     _train(str(tmp_path / "a"), Swappable())
     saved = load_chkpt_vars(latest_checkpoint(str(tmp_path / "a")))
-    # a plain load refuses: the new layer would keep its initial values unnoticed (issue 23, item 4)
+    # a plain load refuses: the new layer would keep its initial values unnoticed
     with pytest.raises(CheckpointLoadError, match=r"(?s)does not fit the model.*mid/W \[4, 4\].*"
                                                   r"SmartInit\(path, ignore_mismatch=True\)") as e:
         _train(str(tmp_path / "b"), Swappable(insert=True), epochs=0, session_init=str(tmp_path / "a"))

@@ -1,4 +1,4 @@
-"""Faults injected at the launcher's edges (issue 35 item 8): a rank that never joins, one huge
+"""Faults injected at the launcher's edges: a rank that never joins, one huge
 line without a newline, a closed stdout, malformed TF_CONFIG values.
 
 Real processes and sockets on 127.0.0.1; every wait has a limit, so a regression fails instead

@@ -108,7 +108,7 @@ def test_terminate_on_nan_stops_training():
 
 
 def test_unsupported_callbacks_say_what_to_use():
-    KerasCallback(keras.callbacks.TensorBoard())       # issue 23: supported (tests/test_keras_fit_dropin.py)
+    KerasCallback(keras.callbacks.TensorBoard())       # supported (tests/test_keras_fit_dropin.py)
     with pytest.raises(TypeError, match="ModelSaver"):
         KerasCallback(keras.callbacks.OrbaxCheckpoint.__new__(keras.callbacks.OrbaxCheckpoint))
     with pytest.raises(TypeError, match="keras.callbacks.Callback"):

@@ -1,4 +1,4 @@
-"""Issue 23: ``KerasModel`` is a drop-in for ``keras.Model.fit``, and the model stays the user's.
+"""``KerasModel`` is a drop-in for ``keras.Model.fit``, and the model stays the user's.
 
 Every check trains the same model (same initial weights) on the same data with ``keras.Model.fit``
 / ``evaluate`` and with ``KerasModel``, and compares the numbers.

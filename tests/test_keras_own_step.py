@@ -203,7 +203,7 @@ def _xy(n=320):
 
 
 def _same_history(ours, keras_fit, rtol=1e-5):
-    # issue 23: KerasModel's History also holds the learning rate of each epoch
+    # KerasModel's History also holds the learning rate of each epoch
     assert sorted(set(ours.history) - {"learning_rate"}) == sorted(keras_fit.history)
     for k in keras_fit.history:
         np.testing.assert_allclose(ours.history[k], keras_fit.history[k], rtol=rtol, atol=1e-6, err_msg=k)

@@ -1,4 +1,4 @@
-"""Restoring a checkpoint into a Keras model built again in the same process (issue 23, item 4).
+"""Restoring a checkpoint into a Keras model built again in the same process.
 
 Keras numbers automatic layer names per process: the second ``Conv2D(4, 3)`` is ``conv2d_1``
 where the checkpoint has ``conv2d``. The restore pairs such variables by structure (kind,

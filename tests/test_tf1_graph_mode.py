@@ -1,4 +1,4 @@
-"""TF1 graph mode keeps its meaning (issue 32): after ``disable_eager_execution()`` /
+"""TF1 graph mode keeps its meaning: after ``disable_eager_execution()`` /
 ``disable_v2_behavior()`` a program's own TF1 code (placeholders, ``tf.Session``, kerastrainer's
 layers in its graph) runs as on plain TF 2.21, kerastrainer's trainers launched in it train (the
 same weights as plain numpy gradient descent says), and the program is back in its own mode, with

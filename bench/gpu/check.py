@@ -1,4 +1,4 @@
-"""The one prepared GPU measurement of issue 26: ResNet-50 training images/s of the rows that
+"""The one prepared GPU measurement: ResNet-50 training images/s of the rows that
 matter, in one table, within one device call (``bash bench/gpu/check.sh``; bench/gpu/README.md).
 
 Rows (``bench/resnet50.py``'s, in this order, which is also their priority):
@@ -55,7 +55,7 @@ DEFAULT_ROWS = "md-dummy-xla,md-queue-xla,md-queue-step-xla,md-jpeg-xla,km-xla,f
 # Rows that must have a process of their own: their XLA flags differ from kerastrainer's defaults
 # (XLA reads XLA_FLAGS once per process; `import kerastrainer` adds its defaults).
 SOLO = {"fit-xla", "km-xla-fused", "km-xla-noautotune"}
-# Seconds on an H100 (bf16, 224 px, batch 128; issue 15's figures): (need, limit) of an XLA row
+# Seconds on an H100 (bf16, 224 px, batch 128; bench/README.md's figures): (need, limit) of an XLA row
 # that compiles fresh (the first of its process: TF start + 60-66 s compile + steps), of one
 # that follows another in its process (XLA's per-process caches; ~70 s if they do not help), and
 # of a row without XLA (TF's kernels: ~25 s first call). `need` is what a row is expected to take
@@ -64,7 +64,7 @@ GPU_TIMES = {"fresh": (85, 150), "shared": (40, 120), "noxla": (45, 90)}
 # CPU dry run (--quick: 32 px, batch 2, 2 steps; XLA's CPU compile ~35 s a row on 2 idle cores)
 QUICK_TIMES = {"fresh": (60, 300), "shared": (40, 240), "noxla": (25, 200)}
 # Rows for which no time is kept: they run only with what the others leave. The JPEG row is the
-# least new figure after the staging rows; fit without XLA was 632 images/s on an H100 (issue 15)
+# least new figure after the staging rows; fit without XLA was 632 images/s on an H100
 # and is only the fallback of "the best fit that finishes".
 OPTIONAL = "md-jpeg-xla,fit"
 FIRST_ROW = "md-dummy-xla"
@@ -422,7 +422,7 @@ def main(argv=None):
     if any(r.input == "jpeg" for r in rows):
         steps += f" (md-jpeg-xla: {args.jpeg_steps})"
     header = [
-        "== bench/gpu/check.sh: ResNet-50 training images/s, one prepared device check (issue 26)",
+        "== bench/gpu/check.sh: ResNet-50 training images/s, one prepared device check",
         f"command: {command}",
         f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; host: {platform.node()}; uptime: {uptime}",
         f"device: {device_line(args)}",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared device measurement of issue 26 (bench/gpu/README.md): ResNet-50 training
+# The one prepared device measurement (bench/gpu/README.md): ResNet-50 training
 # images/s of ModelDesc (DummyConstantInput, QueueInput with thread staging and with in-loop
 # staging, the real JPEG pipeline), KerasModel and keras.Model.fit (XLA on and off), one table.
 #

@@ -1,4 +1,4 @@
-"""Issue 15 item 6: the replicated and PS trainers on two logical GPUs carved from one physical GPU.
+"""The replicated and PS trainers on two logical GPUs carved from one physical GPU.
 
 The log should say that the towers share a physical GPU, so the gradients are reduced on /gpu:0
 (NCCL cannot all-reduce within one GPU). On a machine without a GPU it runs on two logical CPUs.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""A Keras CNN on CIFAR-10, data-parallel with ``make_parallel`` (the seeds' multi-GPU API).
+"""A Keras CNN on CIFAR-10, data-parallel with ``make_parallel`` (keras_experiments' multi-GPU API).
 
-``--gpus N`` (the seed's ``--mgpu``) splits each global batch over N devices (GPUs,
+``--gpus N`` (keras_experiments' ``--mgpu``) splits each global batch over N devices (GPUs,
 or logical CPU devices on a machine without GPUs); the serial model shares its
 weights with the parallel one, so ``--checkpt`` saves the trained serial model.
 
@@ -17,7 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", "--mgpu", dest="gpus", type=int, default=0,
-                        help="devices to split batches over (0 or 1: serial); --mgpu is the seed's name")
+                        help="devices to split batches over (0 or 1: serial); --mgpu is keras_experiments' name")
     parser.add_argument("--epochs", type=int, default=None, help="default 20; 1 with --fake")
     parser.add_argument("--batch", "--batch-size", dest="batch", type=int, default=128, help="global batch")
     parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over the training set")

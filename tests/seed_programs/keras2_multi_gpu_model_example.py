@@ -1,6 +1,6 @@
 """The usage example of Keras 2's `keras.utils.multi_gpu_model` docstring.
 
-Ported from ../shared/seeds/keras2-multi_gpu_model.py.txt (the docstring's example) (test client).
+Ported from the docstring's example in Keras 2's keras/utils/multi_gpu_utils.py (test client).
 Edits:
   1. `from keras.utils import multi_gpu_model` -> `from kerastrainer.keras import multi_gpu_model`
      (the migration rule; Keras 3 removed multi_gpu_model).

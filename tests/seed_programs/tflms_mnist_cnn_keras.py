@@ -2,7 +2,7 @@
 """TFLMS's Keras callback form of the MNIST tutorial, ported to Keras 3 and kerastrainer.
 
 Origin: IBM/tensorflow-large-model-support, examples/mnist_cnn_keras.py (commit 1e8951e),
-the Keras-callback version of ../shared/seeds/tflms-tutorial.md's MNIST example ("LMS( ) is the
+the Keras-callback version of IBM's TFLMS Tutorial 01 MNIST example ("LMS( ) is the
 Keras callback ... the auto tuning will determine that TFLMS is not needed"), itself based on
 keras 2.2.4's examples/mnist_cnn.py. Edits, each forced by Keras 3 / TF2 or by testing
 without downloads:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """IBM TFLMS tutorial 01, "MNIST Classification using TFLMS and Session", ported to kerastrainer.
 
-Origin: ../shared/seeds/tflms-tutorial.md (cells In [3] to In [6]), IBM TensorFlow Large
-Model Support. The TF1 Session part becomes its TF2 equivalent: a ModelDesc trained by a
+Origin: IBM's "Tensorflow Large Model Support (TFLMS) Tutorial - 01" notebook (cells In [3] to
+In [6]). The TF1 Session part becomes its TF2 equivalent: a ModelDesc trained by a
 trainer. Edits, each forced by TF2 / Keras 3 or by testing without downloads:
 
 1. Imports: ``from tensorflow_large_model_support import LMS`` -> ``from kerastrainer.lms import

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """IBM TFLMS tutorial 01, "MNIST Classification using TFLMS and Session", ported strictly.
 
-Origin: ../shared/seeds/tflms-tutorial.md (cells In [3] to In [6]), IBM TensorFlow Large
-Model Support. The TF1 program is kept: placeholders, the tutorial's deepnn, Adam's
+Origin: IBM's "Tensorflow Large Model Support (TFLMS) Tutorial - 01" notebook (cells In [3] to
+In [6]). The TF1 program is kept: placeholders, the tutorial's deepnn, Adam's
 ``minimize``, ``LMS(swapout_threshold=50, swapin_ahead=3, swapin_groupby=2).run(graph)``, a
 ``Session`` and its loop. (tests/seed_programs/tflms_mnist_session.py is the other port,
 rewritten as a ModelDesc.) Edits, each forced by TF2 or by testing without downloads:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 # IBM TFLMS tutorial 01, "MNIST Classification using TFLMS and Session", exactly as written.
-# Origin: ../shared/seeds/tflms-tutorial.md (IBM TensorFlow Large Model Support), cells In [3] to
+# Origin: IBM's "Tensorflow Large Model Support (TFLMS) Tutorial - 01" notebook, cells In [3] to
 # In [6] one after the other, as the notebook runs them. Edits (imports only):
 #  1. `import tensorflow as tf` -> `import tensorflow.compat.v1 as tf; tf.disable_v2_behavior()`
 #     (TF1 graph mode for the whole program, as TF 2.21 runs a TF1 program);

@@ -1,4 +1,4 @@
-"""More of tensorpack 0.11's examples (issue 24), ported strictly: the import change, the edits TF2
+"""More of tensorpack 0.11's examples, ported strictly: the import change, the edits TF2
 forces, and where tensorpack 0.11's own program cannot run, a minimal repair (each listed in the
 script's header). Each runs in its own process on tiny generated data (nothing is downloaded):
 

@@ -1,4 +1,4 @@
-"""tensorpack's own unit tests that turn eager execution off at import run as on TF 2.21 (issue 32).
+"""tensorpack's own unit tests that turn eager execution off at import run as on TF 2.21.
 
 ``tp_models_test_graph_mode.py`` (``models/models_test.py``: placeholders, ``tf.Session``,
 kerastrainer's registered layers called in the program's graph) and ``tp_param_test_graph_mode.py``
