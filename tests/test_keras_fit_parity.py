@@ -404,3 +404,45 @@ def test_x_alone_a_dict_of_arrays_with_validation_split_as_keras():
     for k in h_ref.history:
         _close(h.history[k], h_ref.history[k])
     _same_weights(ref, model)
+
+
+# --- per-output losses: Keras 3 averages them over the batches, unweighted ---------------------------
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_per_output_losses_of_a_partial_last_batch_as_under_fit(replicas):
+    """Keras weights an epoch's loss and metrics by each batch's size but its per-output loss trackers
+    by nothing (their ``sample_weight`` is the static batch size: None in a traced step): with a short
+    last batch the two means differ. Training, validation and evaluate (its list order too); with two
+    replicas against ``fit`` under a MirroredStrategy on two devices (each replica's value counts once)."""
+    rng = np.random.RandomState(3)
+    # batches of 8, 8, 6 (an even split over two replicas: where Keras's replicas train as one device)
+    x = rng.randn(22, 4).astype("float32")
+    ya, yb = rng.randn(22, 1).astype("float32"), rng.randint(0, 3, 22)
+    xv, yva, yvb = x[:14] * 0.5, ya[:14], yb[:14]                # 8 and 6
+
+    def build():
+        inp = keras.Input((4,))
+        h = keras.layers.Dense(6, activation="relu")(inp)
+        return keras.Model(inp, {"a": keras.layers.Dense(1, name="a")(h),
+                                 "b": keras.layers.Dense(3, activation="softmax", name="b")(h)})
+    keras.utils.set_random_seed(0)
+    model = build()
+    # the reference: keras.Model.fit, under a MirroredStrategy on as many devices as KerasModel's replicas
+    import contextlib
+    with tf.distribute.MirroredStrategy(cpus(2)).scope() if replicas > 1 else contextlib.nullcontext():
+        ref = build()
+        ref.set_weights(model.get_weights())
+        loss = {"a": "mse", "b": "sparse_categorical_crossentropy"}
+        metrics = {"a": ["mae"], "b": ["accuracy"]}
+        ref.compile(keras.optimizers.SGD(0.1), loss, metrics=metrics, loss_weights={"a": 1.0, "b": 0.5})
+    km = KerasModel(model, **({} if replicas == 1 else {"trainer": SyncMultiGPUTrainerReplicated(cpus(2))}))
+    km.compile(keras.optimizers.SGD(0.1), loss, metrics=metrics, loss_weights={"a": 1.0, "b": 0.5})
+    kw = dict(batch_size=8, epochs=2, shuffle=False, validation_data=(xv, {"a": yva, "b": yvb}))
+    h_ref = ref.fit(x, {"a": ya, "b": yb}, verbose=0, **kw)
+    h = km.fit(x, {"a": ya, "b": yb}, **QUIET, **kw)
+    for key in ("loss", "a_loss", "b_loss", "a_mae", "b_accuracy",
+                "val_loss", "val_a_loss", "val_b_loss", "val_a_mae", "val_b_accuracy"):
+        assert np.allclose(h.history[key], h_ref.history[key], atol=TOL, rtol=0), (key, h.history[key], h_ref.history[key])
+    _same_weights(ref, model)
+    got = km.evaluate(xv, {"a": yva, "b": yvb}, batch_size=8, verbose=0)
+    want = ref.evaluate(xv, {"a": yva, "b": yvb}, batch_size=8, verbose=0)
+    _close(got, want)   # the values, in Keras's order

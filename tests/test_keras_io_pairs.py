@@ -114,13 +114,6 @@ def test_unet_segmentation_softmax_and_sparse_crossentropy(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "per-output losses (priority_loss, department_loss) of an epoch or an evaluate with a partial last batch: "
-    "KerasModel weights each batch's by its size (fit: _record_sample_sums, kerastrainer/keras/adapter.py:54-62 "
-    "at 1477cf7; evaluate: evaluation.py:112), Keras 3.15 passes sample_weight=y_pred's static batch size, None "
-    "in its traced steps, so takes their plain mean over the batches (keras/src/trainers/compile_utils.py:836-839; "
-    "its total loss and metrics are weighted by size). And _keras_result (evaluation.py:164-167) lists the "
-    "per-output losses after the metrics, where Keras lists them right after the loss"))
 def test_multi_input_multi_output_with_loss_weights_and_per_output_metrics():
     from keras_programs import multi_io_tickets
     ref, got = _pair(multi_io_tickets.program)

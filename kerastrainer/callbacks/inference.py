@@ -147,12 +147,16 @@ class ScalarStats(Inferencer):
         for i, r in enumerate(results):
             r = np.asarray(r, dtype=np.float64)
             if r.ndim == 0:
-                w = float(self.batch_size or 1)
+                w = self._scalar_weight(i)
                 self._sums[i] += float(r) * w
                 self._weights[i] += w
             else:
                 self._sums[i] += float(r.sum())
                 self._weights[i] += r.size
+
+    def _scalar_weight(self, index: int) -> float:
+        """The weight of a scalar result: its batch's size."""
+        return float(self.batch_size or 1)
 
     def _after_inference(self):
         ret = {}

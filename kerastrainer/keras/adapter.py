@@ -42,33 +42,50 @@ from .structure import ModelIO, _safe_name
 from .desc_base import KerasDescBase
 from .variables import rekey_optimizer
 
-__all__ = ["KerasModelDesc", "SAMPLES_STAT", "SAMPLE_SUM_PREFIX", "epoch_means"]
+__all__ = ["KerasModelDesc", "KERAS_SUMS_PREFIX", "epoch_means"]
 
 #: hidden step statistics (``_``: no monitor shows them) from which :func:`epoch_means` weights
 #: each batch by its size, as Keras's running means do (a short last batch counts less)
 SAMPLES_STAT = "_keras_samples/scalar"
 SAMPLE_SUM_PREFIX = "_keras_sum/"
+#: and those of the per-output losses, which Keras 3 averages over the batches unweighted (its loss
+#: trackers get ``sample_weight=`` the static batch size: None in a traced step)
+BATCHES_STAT = "_keras_batches/scalar"
+BATCH_SUM_PREFIX = "_keras_bsum/"
+KERAS_SUMS_PREFIX = "_keras_"
 
 
-def _record_sample_sums(loss, stats: dict, first_input) -> None:
-    """Every replica records its batch size and each statistic times it; the trainer sums the
-    replicas' (each divided by their number), so their ratio is the mean over the samples of
+def _record_sample_sums(loss, stats: dict, first_input, per_batch=()) -> None:
+    """Every replica records its batch size and each statistic times it (the names in
+    ``per_batch``: times 1, and a count of batches); the trainer sums the replicas' (each divided
+    by their number), so their ratio is the mean over the samples (over the replicas' batches) of
     every replica, whatever the split."""
     n = tf.cast(tf.shape(first_input)[0], tf.float32)
     add_tensor_summary(n, types=("scalar",), name=SAMPLES_STAT[:-len("/scalar")], main_tower_only=False)
-    for name, value in [("loss", loss)] + list(stats.items()):
-        add_tensor_summary(tf.cast(value, tf.float32) * n, types=("scalar",), name=SAMPLE_SUM_PREFIX + name,
+    if per_batch:
+        add_tensor_summary(tf.constant(1.0), types=("scalar",), name=BATCHES_STAT[:-len("/scalar")],
                            main_tower_only=False)
+    for name, value in [("loss", loss)] + list(stats.items()):
+        if name in per_batch:
+            add_tensor_summary(tf.cast(value, tf.float32), types=("scalar",), name=BATCH_SUM_PREFIX + name,
+                               main_tower_only=False)
+        else:
+            add_tensor_summary(tf.cast(value, tf.float32) * n, types=("scalar",), name=SAMPLE_SUM_PREFIX + name,
+                               main_tower_only=False)
 
 
 def epoch_means(sums: dict) -> dict:
-    """``{statistic: mean over the samples}`` from sums of step outputs holding :data:`SAMPLES_STAT`
-    and ``_keras_sum/<statistic>/scalar``; empty when they hold none (another kind of step)."""
-    samples = sums.get(SAMPLES_STAT)
-    if not samples:
-        return {}
-    return {k[len(SAMPLE_SUM_PREFIX):-len("/scalar")]: v / samples for k, v in sums.items()
-            if k.startswith(SAMPLE_SUM_PREFIX) and k.endswith("/scalar")}
+    """``{statistic: mean}`` from sums of step outputs holding :data:`SAMPLES_STAT` and
+    ``_keras_sum/<statistic>/scalar`` (mean over the samples), :data:`BATCHES_STAT` and
+    ``_keras_bsum/<statistic>/scalar`` (over the batches); empty when they hold none (another
+    kind of step)."""
+    out = {}
+    for count, prefix in ((SAMPLES_STAT, SAMPLE_SUM_PREFIX), (BATCHES_STAT, BATCH_SUM_PREFIX)):
+        total = sums.get(count)
+        if total:
+            out.update({k[len(prefix):-len("/scalar")]: v / total for k, v in sums.items()
+                        if k.startswith(prefix) and k.endswith("/scalar")})
+    return out
 
 
 class KerasModelDesc(KerasDescBase):
@@ -98,6 +115,11 @@ class KerasModelDesc(KerasDescBase):
     def stat_names(self) -> List[str]:
         """``'loss'`` and the names of the other statistics the tower records."""
         return ["loss"] + [_safe_name(n) for n in self._objectives.stat_names]
+
+    @property
+    def per_batch_stats(self) -> List[str]:
+        """The statistics Keras averages over the batches unweighted: the per-output losses."""
+        return [_safe_name(n) for n in self._objectives.loss_names]
 
     def output_tensor_name(self, output: str) -> str:
         return _safe_name(f"{output}_output")
@@ -144,7 +166,7 @@ class KerasModelDesc(KerasDescBase):
         training = bool(ctx.is_training) if ctx is not None else False
         loss, stats, _ = self.compute(tensors, training)
         if training:
-            _record_sample_sums(loss, stats, tensors[0])
+            _record_sample_sums(loss, stats, tensors[0], self.per_batch_stats)
         if training and self._global_batch:
             # weighted by the replica's share: the replicas' mean is the whole batch's loss
             loss = tf.identity(loss * tf.cast(tensors[-1], loss.dtype), name="weighted_loss")

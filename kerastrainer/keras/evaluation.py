@@ -2,8 +2,10 @@
 
 :class:`KerasEvaluation` is mixed into :class:`~kerastrainer.keras.KerasModel`: ``evaluate``
 computes the compiled loss and metrics batch by batch in inference mode (each batch weighted by
-its size), or runs the model's own ``test_step`` when it has one; ``predict`` is
-``keras.Model.predict`` on the trained model. Training is :mod:`kerastrainer.keras.model`'s.
+its size; the per-output losses unweighted, as Keras 3 averages them), or runs the model's own
+``test_step`` when it has one; ``predict`` is ``keras.Model.predict`` on the trained model. The
+same means of fit's ``validation_data`` (:func:`_validation_runner`). Training is
+:mod:`kerastrainer.keras.model`'s.
 
 Example::
 
@@ -17,6 +19,8 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
+from ..callbacks.inference import ScalarStats
+from ..callbacks.inference_runner import InferenceRunner
 from ..dataflow.base import is_dataflow
 from ..input_source.base import InputSource, InputSourceError
 from ..utils import logger
@@ -73,7 +77,8 @@ class KerasEvaluation:
         if data_arg is None:
             raise ValueError("KerasModel.evaluate needs data: evaluate(x, y).")
         self._adopt_keras_compile()
-        if overridden(self.model, "test_step") or runs_own_step(self.model):
+        own = overridden(self.model, "test_step") or runs_own_step(self.model)
+        if own:
             logs = self._evaluate_with_keras(data_arg, batch_size, steps, sample_weight)
         else:
             logs = self._evaluate_stats(data_arg, batch_size, steps, sample_weight)
@@ -81,7 +86,7 @@ class KerasEvaluation:
             logger.info("KerasModel.evaluate: %s", " - ".join(f"{k}: {v:.4f}" for k, v in logs.items()))
         if return_dict:
             return logs
-        return _keras_result(logs)
+        return _keras_result(logs, compiled_order=not own)
 
     def _evaluate_stats(self, data_arg, batch_size: Optional[int], steps: Optional[int], sample_weight) -> dict:
         """``{statistic: mean}`` over the data (KerasModel's own compiled loss and metrics)."""
@@ -99,8 +104,10 @@ class KerasEvaluation:
             loss, stats, _ = desc.compute(tensors, training=False)
             return [loss] + [stats[n] for n in names[1:]]
 
+        # each batch weighted by its size; the per-output losses unweighted, as Keras averages them
+        per_batch = np.array([n in desc.per_batch_stats for n in names])
         sums = np.zeros(len(names))
-        count = 0
+        count = np.zeros(len(names))
         flow = kd.flat_dataflow(_flattener(io), with_share=True)
         flow.reset_state()
         for i, dp in enumerate(flow):
@@ -108,12 +115,19 @@ class KerasEvaluation:
                 break
             values = batch_stats(*[_to_spec(c, s, k, len(io.input_specs))
                                    for k, (c, s) in enumerate(zip(dp, signature))])
-            n = len(dp[0])
-            sums += np.array([float(v) for v in values]) * n
-            count += n
-        if count == 0:
+            weight = np.where(per_batch, 1.0, float(len(dp[0])))
+            sums += np.array([float(v) for v in values]) * weight
+            count += weight
+        if not count.any():
             raise ValueError("evaluate: the data produced no batch.")
-        return {n: float(s / count) for n, s in zip(names, sums)}
+        means = {n: float(s / c) for n, s, c in zip(names, sums, count)}
+        # Keras 3's order (Model.metrics): the loss, the per-output losses, compile's metrics, those
+        # sorted by name for several outputs (its logs name them <output>_<metric>, its metric
+        # objects do not, so it lists them among the names it did not match, sorted)
+        losses = [n for n in names[1:] if n in desc.per_batch_stats]
+        rest = [n for n in names[1:] if n not in desc.per_batch_stats]
+        multi = len(self._objectives.output_names) > 1
+        return {n: means[n] for n in [names[0]] + losses + (sorted(rest) if multi else rest)}
 
     def _evaluate_with_keras(self, data, batch_size: Optional[int], steps: Optional[int],
                              sample_weight=None) -> dict:
@@ -161,9 +175,31 @@ def _to_spec(c, spec: tf.TensorSpec, index: int, n_inputs: int) -> tf.Tensor:
     return tf.convert_to_tensor(arr, dtype=spec.dtype)
 
 
-def _keras_result(logs: dict):
-    """``keras.Model.evaluate``'s return: the loss alone, or ``[loss, metrics..., per-output losses...]``."""
-    names = ["loss"] + [n for n in logs if n != "loss" and not n.endswith("_loss")] + \
-        [n for n in logs if n != "loss" and n.endswith("_loss")]
+def _keras_result(logs: dict, compiled_order: bool = True):
+    """``keras.Model.evaluate``'s return: the loss alone, or a list in Keras 3's order: of compile's
+    statistics (``compiled_order``), the order of ``logs`` (:meth:`KerasEvaluation._evaluate_stats`
+    puts them in it); of a model's own ``test_step``, the loss, its other metrics, then the ``*_loss``."""
+    if compiled_order:
+        names = list(logs)
+    else:
+        names = ["loss"] + [n for n in logs if n != "loss" and not n.endswith("_loss")] + \
+            [n for n in logs if n != "loss" and n.endswith("_loss")]
     values = [logs[n] for n in names if n in logs]
     return values[0] if len(values) == 1 else values
+
+
+class _ValidationStats(ScalarStats):
+    """``val_<statistic>``: each batch weighted by its size, the per-output losses unweighted, as
+    Keras averages them."""
+
+    def __init__(self, desc):
+        super().__init__(desc.stat_names, prefix="val")
+        self._per_batch = [n in desc.per_batch_stats for n in desc.stat_names]
+
+    def _scalar_weight(self, index: int) -> float:
+        return 1.0 if self._per_batch[index] else super()._scalar_weight(index)
+
+
+def _validation_runner(desc, val_flow) -> Optional[InferenceRunner]:
+    """The runner of ``val_flow`` through the desc's inference tower (``val_<statistic>``)."""
+    return None if val_flow is None else InferenceRunner(val_flow, _ValidationStats(desc))

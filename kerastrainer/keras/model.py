@@ -60,7 +60,6 @@ from typing import Callable, List, Optional, Sequence, Union
 import keras
 import tensorflow as tf
 
-from ..callbacks.inference import ScalarStats
 from ..callbacks.inference_runner import InferenceRunner
 from ..input_source.base import InputSource
 from ..tfutils.extensions import translate_optimizer
@@ -73,7 +72,7 @@ from .adapter import KerasModelDesc
 from .desc_base import KerasDescBase
 from .callbacks import KerasCallback, KerasTestHooks, backup_initial_epoch, wrap_keras_callbacks
 from .data import SHARE_SPEC, KerasData, SpecSample, _FirstBatches, _FlatBatches, as_keras_data
-from .evaluation import KerasEvaluation, _flattener
+from .evaluation import KerasEvaluation, _flattener, _validation_runner
 from .first_batch import (first_sample_batch, keras_inputs, output_names, probe_batch, split_xy, takes_inputs,
                           without_weights, zeros_like_specs)
 from .fit_arguments import (_KERAS_EPOCHS, _check_validation, _check_verbose, _checked_compile_kwargs,  # noqa: F401
@@ -584,11 +583,6 @@ class KerasModel(KerasEvaluation):
             for attr in ("train_function", "test_function", "predict_function"):
                 if getattr(self.model, attr, None) is not None:
                     setattr(self.model, attr, None)
-
-
-def _validation_runner(desc: KerasModelDesc, val_flow) -> Optional[InferenceRunner]:
-    """The runner of ``val_flow`` through the desc's inference tower (``val_<statistic>``)."""
-    return None if val_flow is None else InferenceRunner(val_flow, ScalarStats(desc.stat_names, prefix="val"))
 
 
 def _share_for_runners(callbacks: Sequence, flatten: Callable) -> None:

@@ -53,7 +53,7 @@ import numpy as np
 
 from ...callbacks.base import Callback, StopTraining
 from ...utils.cluster import is_chief
-from ..adapter import SAMPLE_SUM_PREFIX, SAMPLES_STAT, epoch_means
+from ..adapter import KERAS_SUMS_PREFIX, epoch_means
 
 __all__ = ["KerasCallback", "KerasTestHooks", "wrap_keras_callbacks", "backup_initial_epoch"]
 
@@ -254,7 +254,7 @@ class KerasCallback(Callback):
         t = self.trainer
         k = max(int(t.last_call_steps or 1), 1)
         for name, value in (t.last_step_outputs or {}).items():
-            if not name.startswith("_") or name == SAMPLES_STAT or name.startswith(SAMPLE_SUM_PREFIX):
+            if not name.startswith("_") or name.startswith(KERAS_SUMS_PREFIX):
                 self._sums[name] = self._sums.get(name, 0.0) + float(value) * k
         self._steps += k
         if self._restore_only:
