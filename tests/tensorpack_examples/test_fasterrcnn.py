@@ -77,10 +77,11 @@ def write_data(d):
     return write_balloon(str(d))
 
 
-def schedule(epochs, eval_period=100):
-    # max_epoch = LR_SCHEDULE[-1] * 8 // NUM_GPUS // STEPS_PER_EPOCH (train.py): epochs of STEPS steps
+def schedule(epochs, checkpoint_period=100):
+    """``epochs`` epochs of STEPS steps (train.py: max_epoch = LR_SCHEDULE[-1] * 8 // NUM_GPUS //
+    STEPS_PER_EPOCH); EvalCallback evaluates at the last epoch only (it always adds max_epoch)."""
     return ["TRAIN.STEPS_PER_EPOCH={}".format(STEPS), "TRAIN.LR_SCHEDULE=[{}]".format(epochs * STEPS // 8),
-            "TRAIN.WARMUP=8", "TRAIN.EVAL_PERIOD={}".format(eval_period), "TRAIN.CHECKPOINT_PERIOD=100",
+            "TRAIN.WARMUP=8", "TRAIN.EVAL_PERIOD=100", "TRAIN.CHECKPOINT_PERIOD={}".format(checkpoint_period),
             "DATA.NUM_WORKERS=2"]
 
 
@@ -187,7 +188,7 @@ def fpn_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("fasterrcnn")
     data = write_data(root / "data")
     logdir = root / "train_log" / "fpn"
-    stats, out = train(logdir, data, *schedule(6), cwd=root)
+    stats, out = train(logdir, data, *schedule(6, checkpoint_period=3), cwd=root)
     return root, data, logdir, stats, out
 
 
@@ -205,7 +206,9 @@ def test_fasterrcnn_fpn_mask_trains(fpn_run):
     last = stats[-1]
     for k in ("coco_val2017-mAP(bbox)/IoU=0.5", "coco_val2017-mAP(segm)/IoU=0.5:0.95"):
         assert k in last and -1 <= last[k] <= 1
-    assert os.path.isfile(logdir / "checkpoint") and os.path.isfile(logdir / "checkpoint-48.index")
+    # PeriodicCallback(ModelSaver(...), every_k_epochs=TRAIN.CHECKPOINT_PERIOD=3)
+    assert os.path.isfile(logdir / "checkpoint")
+    assert os.path.isfile(logdir / "checkpoint-24.index") and os.path.isfile(logdir / "checkpoint-48.index")
     # FREEZE_AT=2: conv0 and group0 are not trained (no optimizer slots); FreezeBN keeps the
     # statistics; group1 trains
     from kerastrainer.tfutils.varmanip import load_chkpt_vars
