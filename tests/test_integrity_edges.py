@@ -1,4 +1,4 @@
-"""Faults injected at the edges (issue 35): hostile ZeroMQ peers, damaged files, bad arguments.
+"""Faults injected at the edges: hostile ZeroMQ peers, damaged files, bad arguments.
 
 Every test uses real sockets, files or processes: a PUSH socket or a raw ZMTP peer sends what
 a hostile or buggy sender would; files are written by our serializers and then damaged on disk.

@@ -1,4 +1,4 @@
-"""Issue 36: ``KerasModel.fit`` gives ``keras.Model.fit``'s numbers and accepts what ``fit`` accepts.
+"""``KerasModel.fit`` gives ``keras.Model.fit``'s numbers and accepts what ``fit`` accepts.
 
 Each test trains two models with the same initial weights on the same data, in the same order
 (``shuffle=False``), one with ``keras.Model.fit`` and one with ``KerasModel``, and compares
