@@ -99,3 +99,54 @@ def test_send_dataflow_zmq_waits_for_a_receiver_that_comes_later():
     got = [int(next(it)[0]) for _ in range(3)]
     t.join(60)
     assert got == [0, 1, 2] and result == {"sent": 3}
+
+
+def _horovod_style_error_class():
+    from kerastrainer.callbacks import Inferencer
+
+    class HorovodStyleError(Inferencer):
+        """ImageNet-Adversarial-Training's third_party/utils.py HorovodClassificationError: a TF1
+        placeholder reduced by an op in _setup_graph, run with tensor.eval(feed_dict=...) at the end."""
+
+        def _setup_graph(self):
+            self._placeholder = tfv1.placeholder(tf.float32, shape=[2], name='to_be_reduced')
+            self._reduced = self._placeholder * 1.0   # hvd.allreduce(self._placeholder, average=False) on one rank
+
+        def _before_inference(self):
+            self.wrong, self.total = 0.0, 0.0
+
+        def _get_fetches(self):
+            return ['wrong']
+
+        def _on_fetches(self, outputs):
+            self.wrong += float(np.sum(outputs[0]))
+            self.total += len(outputs[0])
+
+        def _after_inference(self):
+            tot, cnt = self._reduced.eval(feed_dict={self._placeholder: [self.total, self.wrong]})
+            return {'reduced-error': cnt / tot}
+    return HorovodStyleError
+
+
+class _Classifier(ModelDesc):
+    def inputs(self):
+        return [tf.TensorSpec((None, 4), tf.float32, "x"), tf.TensorSpec((None,), tf.int32, "y")]
+
+    def build_graph(self, x, y):
+        logits = FullyConnected("fc", x, 3)
+        tf.cast(tf.not_equal(tf.argmax(logits, 1, output_type=tf.int32), y), tf.float32, name="wrong")
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="cost")
+
+    def optimizer(self):
+        return tfv1.train.GradientDescentOptimizer(0.1)
+
+
+def test_a_program_inferencer_building_tf1_graph_ops_sets_up_in_a_graph_and_evals_in_the_main_loop():
+    # it failed in setup_graph: "tf.placeholder() is not compatible with eager execution"
+    trainer = SimpleTrainer(steps_per_call=1)
+    runner = InferenceRunner(_data(8), [_horovod_style_error_class()()])
+    launch_train_with_config(TrainConfig(model=_Classifier(), dataflow=_data(), max_epoch=2, callbacks=[runner],
+                                         extra_callbacks=[], monitors=[]), trainer)
+    err = trainer.monitors.get_latest("reduced-error")
+    assert 0.0 <= err <= 1.0 and err * 8 == round(err * 8)   # a count of 8 validation samples
+    assert tf.executing_eagerly()   # the program is eager again after training

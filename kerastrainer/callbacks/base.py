@@ -52,8 +52,16 @@ class Callback:
     def setup_graph(self, trainer) -> None:
         self.trainer = trainer
         # the trainer says where set-up runs (a custom trainer's TF1 graph, for the program's callbacks)
-        with trainer.callback_setup_scope(self):
-            self._setup_graph()
+        try:
+            with trainer.callback_setup_scope(self):
+                self._setup_graph()
+        except RuntimeError as e:
+            # a program's callback building graph-only TF1 ops (tf.placeholder) sets up in a TF1 graph
+            scope = trainer.tf1_callback_graph_scope(self, e)
+            if scope is None:
+                raise
+            with scope:
+                self._setup_graph()
 
     def before_train(self) -> None:
         self._before_train()

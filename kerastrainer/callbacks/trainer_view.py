@@ -97,3 +97,8 @@ class TrainerView:
     def callback_setup_scope(self, callback) -> ContextManager:
         """Where ``callback._setup_graph`` runs (a custom trainer's TF1 graph for a program's own)."""
         return nullcontext()
+
+    def tf1_callback_graph_scope(self, callback, error: Exception) -> Optional[ContextManager]:
+        """Where ``callback._setup_graph`` runs again after it failed eagerly with ``error`` because it
+        builds graph-only TF1 ops (a TF1 graph of the trainer's); None: the error stands."""
+        return None

@@ -36,6 +36,7 @@ from ..tfutils.global_step import global_step_of, set_current_global_step
 from ..input_source.base import InputSource
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..tfutils.tower_func import TowerFunction
+from .._internals import tf1_default_session
 from ..utils import logger
 from .loop import FitLoop
 from .model_desc import model_of_functions
@@ -367,7 +368,40 @@ class Trainer(TrainerView):
     def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
         """The epochs, run by the fit loop (``loop.py``); subclasses wrap it (a default session,
         an agreement between workers)."""
-        self.loop.run_epochs(steps_per_epoch, starting_epoch, max_epoch)
+        graph = self._tf1_callback_graph
+        if graph is None:
+            self.loop.run_epochs(steps_per_epoch, starting_epoch, max_epoch)
+            return
+        # the callbacks' TF1 graph (tf1_callback_graph_scope) runs in a session of its own, TF1's default
+        # session in the main loop (as tensorpack's), so their `tensor.eval(feed_dict)` / `op.run()` work
+        with graph.as_default():
+            init = tf.compat.v1.variables_initializer(tf.compat.v1.global_variables())
+        sess = tf.compat.v1.Session(graph=graph)   # not `with sess:`, which makes its graph the default
+        try:
+            sess.run(init)
+            with tf1_default_session(sess):
+                self.loop.run_epochs(steps_per_epoch, starting_epoch, max_epoch)
+        finally:
+            sess.close()
+
+    _tf1_callback_graph: Optional[tf.Graph] = None
+
+    def tf1_callback_graph_scope(self, callback: Callback, error: Exception):
+        """tensorpack set every callback up in its TF1 graph. A program's callback (its ``_setup_graph``
+        not kerastrainer's) that builds graph-only TF1 ops there failed eagerly with ``error``
+        (``tf.placeholder``: a Horovod evaluator's ``tf.placeholder`` fed to ``hvd.allreduce``, run by
+        ``tensor.eval(feed_dict=...)``); it sets up again in a TF1 graph the trainer keeps for such
+        callbacks, run in the main loop by a session of that graph (:meth:`main_loop`). Their ops are
+        their own: the model's variables are not in that graph."""
+        owner = next((k for k in type(callback).__mro__ if "_setup_graph" in k.__dict__), Callback)
+        if "eager execution" not in str(error) or owner.__module__.split(".")[0] == "kerastrainer":
+            return None
+        if self._tf1_callback_graph is None:
+            self._tf1_callback_graph = tf.Graph()
+        logger.info("%s._setup_graph builds TF1 graph ops (%s): set up in a TF1 graph of its own, run by a "
+                    "session that is TF1's default session in the main loop, as tensorpack did.",
+                    type(callback).__name__, str(error).split("\n")[0])
+        return self._tf1_callback_graph.as_default()
 
     def train(self, callbacks: Sequence[Callback], monitors: Sequence[Callback],
               session_init: Optional[SessionInit], steps_per_epoch: int, starting_epoch: int,
