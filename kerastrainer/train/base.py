@@ -38,6 +38,7 @@ from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..tfutils.tower_func import TowerFunction
 from .._internals import tf1_default_session
 from ..utils import logger
+from ..utils.argtools import log_once
 from .loop import FitLoop
 from .model_desc import model_of_functions
 from .objectives import resolve_objectives
@@ -398,9 +399,9 @@ class Trainer(TrainerView):
             return None
         if self._tf1_callback_graph is None:
             self._tf1_callback_graph = tf.Graph()
-        logger.info("%s._setup_graph builds TF1 graph ops (%s): set up in a TF1 graph of its own, run by a "
-                    "session that is TF1's default session in the main loop, as tensorpack did.",
-                    type(callback).__name__, str(error).split("\n")[0])
+        log_once(f"{type(callback).__name__}._setup_graph builds TF1 graph ops ({str(error).splitlines()[0]}): set "
+                 "up in a TF1 graph of its own, run by a session that is TF1's default session in the main loop, "
+                 "as tensorpack did.")
         return self._tf1_callback_graph.as_default()
 
     def train(self, callbacks: Sequence[Callback], monitors: Sequence[Callback],
