@@ -346,7 +346,8 @@ def _train(towers, lms):
     return costs, {k: v.numpy() for k, v in trainer.named_variables().items()}
 
 
-@pytest.mark.parametrize("towers", [1, pytest.param(2, marks=pytest.mark.slow)])   # 2: ~150 s on 2 cores
+@pytest.mark.slow   # 1 tower ~150 s on 2 cores (LMS on a ModelDesc trains fast in test_auto_on_model_desc_logs_and_trains)
+@pytest.mark.parametrize("towers", [1, 2])
 def test_training_with_lms_callback(towers):
     costs0, w0 = _train(towers, None)
     lms = LMS("offload+recompute" if towers == 1 else "recompute", host_device="/cpu:3",

@@ -68,6 +68,7 @@ def _changed(before, after, names):
 
 # --- the programs, as written -----------------------------------------------------------------
 
+@pytest.mark.slow   # ~45 s on 2 cores
 def test_dcgan_trains_saves_and_resumes(tmp_path):
     data = write_jpegs(str(tmp_path / "data"))
     (tmp_path / "run1").mkdir()
@@ -95,6 +96,7 @@ def test_dcgan_trains_saves_and_resumes(tmp_path):
     assert gen and dis and _changed(first, resumed, gen) == set(gen) and _changed(first, resumed, dis) == set(dis)
 
 
+@pytest.mark.slow   # ~45 s on 2 cores
 def test_improved_wgan_trains_saves_and_resumes(tmp_path):
     data = write_jpegs(str(tmp_path / "data"))
     (tmp_path / "run1").mkdir()

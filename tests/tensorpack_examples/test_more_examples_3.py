@@ -169,6 +169,7 @@ def test_discogan_celeba(tmp_path):
 
 # --- SpatialTransformer/, ImageNetModels/ ------------------------------------------------------------
 
+@pytest.mark.slow   # ~45 s on 2 cores
 def test_spatial_transformer_mnist_addition(tmp_path):
     _data.write_mnist(str(tmp_path / "data"))
     env = {"KERASTRAINER_DATASET": str(tmp_path / "data"), "TP_BATCH_SIZE": "16", "TP_MAX_EPOCH": "2",
