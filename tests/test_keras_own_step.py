@@ -582,3 +582,50 @@ def test_two_workers_run_the_models_own_step_on_their_shards(tmp_path):
             got = [z[f"arr_{i}"] for i in range(len(z.files))]
         for a, b in zip(got, single.weights):
             np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# --- a model with its own step whose layers add losses and hold metrics (keras-io's endpoint layer) -------
+class EndpointLayer(layers.Layer):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.acc = keras.metrics.BinaryAccuracy(name="endpoint_acc")
+
+    def call(self, targets, logits):
+        self.add_loss(keras.losses.BinaryCrossentropy(from_logits=True)(targets, logits))
+        self.acc.update_state(targets, keras.ops.sigmoid(logits))
+        return keras.ops.sigmoid(logits)
+
+
+class EndpointOwnStepModel(keras.Model):
+    def train_step(self, data):
+        return super().train_step(data)
+
+
+def _endpoint_model():
+    x, t = keras.Input((4,), name="x"), keras.Input((1,), name="t")
+    return EndpointOwnStepModel([x, t], EndpointLayer()(t, keras.layers.Dense(1)(x)))
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_an_own_step_reading_add_loss_losses_of_its_layers_trains_as_fit(replicas):
+    """compute_loss reads the model's add_loss losses; in the tower the model is not the outermost call,
+    so Keras does not clear those of the earlier trace (another graph): 'out of scope' before."""
+    rng = np.random.RandomState(0)
+    x, t = rng.randn(32, 4).astype("float32"), (rng.rand(32, 1) > 0.5).astype("float32")
+    keras.utils.set_random_seed(0)
+    model = _endpoint_model()
+    # fit under a MirroredStrategy on as many devices: there Keras divides the layer's loss by the
+    # replicas and sums their gradients (half the one-device gradient on two), and so does KerasModel
+    strategy = tf.distribute.MirroredStrategy(cpus(2)) if replicas > 1 else tf.distribute.get_strategy()
+    with strategy.scope():
+        ref = _endpoint_model()
+        ref.set_weights(model.get_weights())
+        ref.compile(keras.optimizers.SGD(0.1))
+    h_ref = ref.fit({"x": x, "t": t}, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    km = KerasModel(model, trainer=SimpleTrainer() if replicas == 1 else SyncMultiGPUTrainerReplicated(cpus(2)))
+    km.compile(keras.optimizers.SGD(0.1))
+    h = km.fit({"x": x, "t": t}, batch_size=8, epochs=2, shuffle=False, verbose=0, extra_callbacks=[], monitors=[])
+    for key in ("loss", "endpoint_acc"):
+        np.testing.assert_allclose(h.history[key], h_ref.history[key], atol=1e-5, err_msg=key)
+    for u, v in zip(ref.get_weights(), model.get_weights()):
+        np.testing.assert_allclose(u, v, atol=1e-5)

@@ -31,7 +31,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .._internals import keras_losses_scaled_by
+from .._internals import clear_model_losses, keras_losses_scaled_by
 from ..tfutils.objective import OwnUpdates
 from ..tfutils.tower_func import ModelVariables
 from ..utils import logger
@@ -157,6 +157,9 @@ class KerasOwnStepDesc(KerasDescBase):
         # replica's part of the global batch times R over its size, 1 for an even split), replicas
         # of an unevenly split batch (47 and 46 samples of 93) sum to the whole batch's gradient
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        # Keras clears add_loss losses only when the model is the outermost call; in the tower it is
+        # not, so the losses of the last trace (another graph) would be read by compute_loss
+        clear_model_losses(self._keras_model)
         with keras_losses_scaled_by(share / replicas if replicas > 1 else 1):
             return self._keras_model.train_step(data)
 
