@@ -17,9 +17,18 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tensorpack_examples"))
-import _data  # noqa: E402
+
+
+def _load(name, path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_data = _load("third_party_data", os.path.join(HERE, "_data.py"))   # learnable CIFAR-10
+_tp_data = _load("tensorpack_examples_data", os.path.join(os.path.dirname(HERE), "tensorpack_examples", "_data.py"))
 
 ADV = os.path.join(HERE, "ImageNet-Adversarial-Training")
 GN = os.path.join(HERE, "GroupNorm-reproduce")
@@ -45,7 +54,7 @@ def stats_of(logdir):
 
 def checkpoint_names(logdir):
     import tensorflow as tf
-    return {n for n, _ in tf.train.list_variables(os.path.join(logdir, "checkpoint"))}
+    return {n for n, _ in tf.train.list_variables(tf.train.latest_checkpoint(str(logdir)))}
 
 
 def test_groupnorm_cifar10_resnet(tmp_path):
@@ -53,14 +62,17 @@ def test_groupnorm_cifar10_resnet(tmp_path):
     caller's variable scope; the weight decay an exponential_decay of the global step."""
     _data.write_cifar10(str(tmp_path / "data"))
     run(os.path.join(GN, "cifar10-resnet-gn.py"), "-n", "1", cwd=tmp_path,
-        env={"KERASTRAINER_DATASET": str(tmp_path / "data"), "TP_PRETEND_GPU": "1", "TP_MAX_EPOCH": "1",
+        env={"KERASTRAINER_DATASET": str(tmp_path / "data"), "TP_PRETEND_GPU": "1", "TP_MAX_EPOCH": "2",
              "TP_BATCH_SIZE": "16"})
     logdir = tmp_path / "train_log" / "GN-cifar"
-    (stats,) = stats_of(logdir)
-    assert stats["global_step"] == 20   # 5 x 64 images in batches of 16
+    first, last = stats_of(logdir)
+    assert (first["global_step"], last["global_step"]) == (20, 40)   # 5 x 64 images in batches of 16
     # trained: the colour of an image says its class; chance is 0.9 error, ln(10) = 2.3 cost
-    assert stats["validation_error"] < 0.75 and stats["validation_cost"] < 2.0
-    assert stats["learning_rate"] == pytest.approx(0.01) and 0 < stats["wd_cost"] < 1
+    assert last["validation_error"] < 0.75 and last["validation_cost"] < 2.0
+    assert last["cross_entropy_loss"] < first["cross_entropy_loss"]
+    # ScheduledHyperParamSetter('learning_rate', [(1, 0.1), ...]) after epoch 1
+    assert (first["learning_rate"], last["learning_rate"]) == (pytest.approx(0.01), pytest.approx(0.1))
+    assert 0 < last["wd_cost"] < 1
     names = checkpoint_names(logdir)
     # GNReLU unnamed in a residual unit's scope, as Conv2D's activation, and named 'bnlast'
     for n in ("conv0/gamma", "conv0/beta", "res2.0/gamma", "res2.0/beta", "res1.0/conv1/gamma",
@@ -114,7 +126,7 @@ def test_adversarial_training_imagenet_horovod_zmq(tmp_path):
     then --eval (eval_on_ILSVRC12, a PGD attack in a PredictConfig's tower) and --eval-directory."""
     # the ResNet-50 of the program on 224x224 images; batches capped at 2, three training steps.
     # --batch 256 keeps the program's learning rate (0.1 * (total_batch // 256)) above 0
-    _data.write_ilsvrc12(str(tmp_path / "data" / "ilsvrc"), meta_dir=str(tmp_path / "data" / "ilsvrc_metadata"),
+    _tp_data.write_ilsvrc12(str(tmp_path / "data" / "ilsvrc"), meta_dir=str(tmp_path / "data" / "ilsvrc_metadata"),
                          n_val=4)
     env = {"KERASTRAINER_DATASET": str(tmp_path / "data"), "TP_FAKE_HOROVOD": "1", "TP_BATCH_SIZE": "2",
            "TP_MAX_EPOCH": "1", "TP_STEPS_PER_EPOCH": "3"}
