@@ -42,6 +42,7 @@ ALIAS_MODULES = {
     "kerastrainer.graph_builder.model_desc": "tensorpack.graph_builder.model_desc -> train/model_desc.py",
     "kerastrainer.train.utility": "tensorpack.train.utility -> graph_builder/utils.py, graph_builder/distributed.py",
     "kerastrainer.utils.compatible_serialize": "tensorpack.utils.compatible_serialize -> utils/serialize.py",
+    "kerastrainer.compat.tensor_spec": "tensorpack.compat.tensor_spec -> tf.TensorSpec",
     "kerastrainer.tfutils.varmanip": "tensorpack.tfutils.varmanip -> tfutils/checkpoint_files.py, checkpoint_read.py, "
                                      "variable_values.py",
 }

@@ -422,7 +422,7 @@ def test_every_tensorpack_module_is_at_its_path():
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     not_yet = {m for m, note in tool.MODULES_WITHOUT_NAMES.items() if "not at kerastrainer" in note}
-    assert not_yet == {"tensorpack.compat.tensor_spec"}
+    assert not_yet == set()
     modules = set(tool.MODULES_WITHOUT_NAMES)
     mirror = "/work/.mirror/tensorpack+tensorpack/repo"
     if os.path.isdir(mirror):   # with tensorpack's sources: all of its modules, not only these

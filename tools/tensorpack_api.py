@@ -68,7 +68,7 @@ MISSING_NEEDS: dict = {}   # (module, name) -> what it needs: none left
 # Left out: tests (`*_test`, `unit_tests`) and private modules (`models._old_batch_norm`).
 MODULES_WITHOUT_NAMES = {
     "tensorpack.callbacks.stats": "alias: DumpParamAsImage, InjectShell, SendStat (callbacks/graph.py, misc.py)",
-    "tensorpack.compat.tensor_spec": "tf.TensorSpec (TF 2.21 has it): not at kerastrainer.compat.tensor_spec yet",
+    "tensorpack.compat.tensor_spec": "alias: TensorSpec is tf.TensorSpec (TF 2 has it)",
     "tensorpack.graph_builder.distributed": "the between-graph builders raise TF2UnsupportedError (no "
                                             "tf.train.Server sessions in TF2): MultiWorkerTrainer, HorovodTrainer",
     "tensorpack.graph_builder.model_desc": "alias: ModelDesc, ModelDescBase (train/model_desc.py)",
