@@ -115,6 +115,14 @@ def test_validation_data():
 
 def test_shuffle():
     _like_keras()  # shuffle=False: the batches in order, as fit's
+    x, y = _data()   # shuffle=True (Keras's default): fit's order under the same seed
+    ref, ours = _model(), _model()
+    keras.utils.set_random_seed(2)
+    ref.fit(x, y, batch_size=16, epochs=2, verbose=0)
+    keras.utils.set_random_seed(2)
+    _fit(x, y, model=ours, batch_size=16, epochs=2)
+    for a, b in zip(ours.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_class_weight():

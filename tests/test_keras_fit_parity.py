@@ -382,6 +382,61 @@ def test_a_shuffled_dataset_gives_the_first_epoch_fits_order():
     _same_weights(ref, model)
 
 
+# --- each epoch reads the batches fit reads, in its order (Keras's epoch iterator's iterators) ------
+def _shuffled_fits(data, replicas=1, **fit_kw):
+    """``(Keras's fit, KerasModel's fit)`` of twin models from the same seed; ``data()`` makes the data
+    (called after the seed is set, once for each run); KerasModel on ``replicas`` replicas."""
+    ref, model = _twins(lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    ref.compile(keras.optimizers.SGD(0.1), xent)
+    km = KerasModel(model, trainer=SyncMultiGPUTrainerReplicated(cpus(2)) if replicas > 1 else None)
+    km.compile(keras.optimizers.SGD(0.1), xent)
+    keras.utils.set_random_seed(3)
+    h_ref = ref.fit(*data(), verbose=0, **fit_kw)
+    keras.utils.set_random_seed(3)
+    h = km.fit(*data(), **QUIET, **fit_kw)
+    _close(h.history["loss"], h_ref.history["loss"])
+    _same_weights(ref, model)
+    return h_ref, h
+
+
+def _samples(n):
+    rng = np.random.RandomState(0)
+    return rng.randn(n, 4).astype("float32"), rng.randint(0, 3, n)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_reshuffled_dataset_gives_each_epoch_fits_order(replicas):
+    """fit makes a new iterator at each epoch's start and one more, unread, at its end: each epoch
+    reads its own reshuffle, every other one of the pipeline's; two replicas split each batch
+    (46 samples: the last batch of 6) and several steps run in each call."""
+    x, y = _samples(46)
+    h_ref, _ = _shuffled_fits(lambda: (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(46).batch(8),),
+                              replicas, epochs=4)
+    assert len(set(np.round(h_ref.history["loss"], 6))) == 4
+
+
+def test_a_reshuffled_dataset_with_steps_per_epoch_reads_on_as_fit():
+    """With steps_per_epoch, fit's iterator goes on over the epochs until it has read a pass, then
+    the next is made (6 batches, 3 a step: two epochs a reshuffle)."""
+    x, y = _samples(48)
+    _shuffled_fits(lambda: (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(48).batch(8),),
+                   epochs=4, steps_per_epoch=3)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_numpy_arrays_shuffled_in_fits_order(replicas):
+    """Keras's array adapter draws the permutation of each iterator (under a global seed, each epoch's
+    iterator draws the same one: fit's order, so KerasModel's too)."""
+    x, y = _samples(44)
+    _shuffled_fits(lambda: (x, y), replicas, batch_size=10, epochs=3)
+
+
+def test_numpy_arrays_shuffled_within_batches_as_fit():
+    x, y = _samples(44)
+    _shuffled_fits(lambda: (x, y), batch_size=10, epochs=2, shuffle="batch")
+
+
 class _AddLoss(keras.layers.Layer):
     def call(self, target, pred):
         self.add_loss(keras.ops.mean(keras.ops.square(target - pred)))

@@ -167,11 +167,6 @@ def test_mixed_precision_convnet_with_validation_split():
     _close(got["evaluate"], ref["evaluate"], what="evaluate")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "epochs 2 and 3 see other orders: TFDatasetInput reads one iterator of dataset.repeat() "
-    "(kerastrainer/input_source/dataset.py:88 at 1477cf7), consecutive reshuffles, where Keras 3.15's epoch "
-    "iterator makes a new iterator at each epoch end (keras/src/trainers/epoch_iterator.py:123-125) and another, "
-    "at the next epoch's start (:110-111): each epoch after the first skips one reshuffle unread"))
 def test_a_shuffled_dataset_over_three_epochs_in_fits_order():
     from keras_programs import shuffled_dataset
     ref, got = _pair(shuffled_dataset.program)
@@ -183,12 +178,6 @@ def test_a_shuffled_dataset_over_three_epochs_in_fits_order():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "numpy arrays with shuffle=True see another order from the first epoch: KerasModel draws each epoch's order "
-    "with Dataset.range(n).shuffle(n, reshuffle_each_iteration=True) (kerastrainer/keras/data.py:413-415 at "
-    "1477cf7), Keras 3.15's array adapter with tf.random.shuffle(tf.range(n)) in a map, one permutation per "
-    "iterator (keras/src/trainers/data_adapters/array_data_adapter.py:127-137), another random stream, and its "
-    "epoch iterator makes two iterators per epoch after the first (keras/src/trainers/epoch_iterator.py:110-125)"))
 def test_arrays_shuffled_each_epoch_in_fits_order():
     from keras_programs import shuffled_arrays
     ref, got = _pair(shuffled_arrays.program)

@@ -12,6 +12,7 @@ One module per concern, and this ``__init__`` re-exports their names (callers wr
   first use of an internal (one ``RuntimeWarning`` outside it), and :class:`InternalsError`;
 - ``keras_calls.py``: a Keras call's training phase and seed generator, the loss scale of
   replicas, compile's resolution of losses and metrics;
+- ``keras_data.py``: the order in which ``keras.Model.fit`` reads numpy arrays (its array adapter);
 - ``keras_objects.py``: private attributes of Keras variables, optimizers, layers and models;
 - ``tf_runtime.py``: TF's runtime, modes, devices, gradient registry, TF1 variable store, op edits;
 - ``patches.py``: process-wide patches (variable assignment, ``tf.summary.*``, ``tf.compat.v1.layers``);
@@ -28,6 +29,7 @@ function needs them (``utils/`` stays importable without TensorFlow).
 """
 from .keras_calls import (keras_compile_loss, keras_compile_metric, keras_losses_per_replica, keras_losses_scaled_by,
                           keras_training_phase, unscale_loss_for_distribution, with_keras_random_state)
+from .keras_data import keras_array_batch_indices
 from .keras_objects import (batchnorm_reduction_axes, clear_model_losses, functional_input_structure,
                             install_batchnorm_moments, keras_tensor_producer, layer_draws_random,
                             optimizer_slot_lists, optimizer_trainable_variables, optimizer_variable_index,
@@ -45,6 +47,8 @@ __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_version
            # Keras: a call's state, losses and metrics (keras_calls.py)
            "keras_training_phase", "with_keras_random_state", "unscale_loss_for_distribution",
            "keras_compile_loss", "keras_compile_metric", "keras_losses_per_replica", "keras_losses_scaled_by",
+           # Keras's data adapters (keras_data.py)
+           "keras_array_batch_indices",
            # Keras objects (keras_objects.py)
            "tf_variable_of", "set_tf_variable_of",
            "rekey_optimizer_variables", "optimizer_trainable_variables", "optimizer_slot_lists",

@@ -15,6 +15,12 @@ report on it (the queue's fill level).
 
 ``FeedInput`` is the exception: it sets ``requires_feed`` and the trainer passes
 ``next_feed()`` as arguments of each call (one step per call; the slow baseline).
+
+A source may also hand the train function values to read from at each call
+(``call_inputs()``: the ``tf.data`` iterator of the current epoch, for Keras data read with
+the iterators ``keras.Model.fit`` makes); the trainer passes them as arguments of the call
+(no retrace while their types stay the same) and the traced step gives them back to
+``get_input_tensors(*call_inputs)``.
 """
 from __future__ import annotations
 
@@ -148,9 +154,15 @@ class InputSource:
         self._setup_done = True
         return InputCallbacks(self)
 
-    def get_input_tensors(self) -> list:
-        """The tensors of one batch; called inside the traced step, once per replica."""
-        return self._get_input_tensors()
+    def get_input_tensors(self, *call_inputs) -> list:
+        """The tensors of one batch; called inside the traced step, once per replica, with the
+        call's :meth:`call_inputs` (as the traced function received them)."""
+        return self._get_input_tensors(*call_inputs)
+
+    def call_inputs(self) -> list:
+        """Values the trainer passes to the train function at each call, for
+        :meth:`get_input_tensors` to read from (none by default)."""
+        return []
 
     def get_callbacks(self) -> List[Callback]:
         """Callbacks that report on the source while it trains (its queue's fill level)."""

@@ -2,6 +2,7 @@
 iterator."""
 from __future__ import annotations
 
+import threading
 from typing import Optional, Sequence
 
 import tensorflow as tf
@@ -29,6 +30,10 @@ class TFDatasetInput(InputSource):
         TrainConfig(model=M(), data=TFDatasetInput(BatchData(df, 64)), ...)   # a DataFlow
     """
 
+    #: the iterator is made at setup (a dataset that cannot be iterated fails there); a subclass
+    #: that makes its iterators later (one per epoch) sets False
+    iterate_at_setup = True
+
     def __init__(self, dataset, repeat: bool = True):
         self._dataflow = None
         if isinstance(dataset, tf.data.Dataset):
@@ -38,6 +43,7 @@ class TFDatasetInput(InputSource):
             self.dataset = None   # made at setup, with the dtypes of inputs()
         self.repeat = bool(repeat)
         self._iterator = None
+        self._iterator_lock = threading.Lock()   # (replicas trace in threads of their own)
 
     @staticmethod
     def dataflow_to_dataset(df, types: Sequence[tf.DType]) -> tf.data.Dataset:
@@ -85,7 +91,10 @@ class TFDatasetInput(InputSource):
                 raise InputSourceError(
                     f"TFDatasetInput: input '{s.name}' does not match inputs(): the dataset gives "
                     f"shape {e.shape} dtype {e.dtype.name}; inputs() declares {spec_to_str(s)}.")
-        self._iterator = iter(self.dataset.repeat() if self.repeat else self.dataset)
+        self._iterator = self._new_iterator() if self.iterate_at_setup else None
+
+    def _new_iterator(self):
+        return iter(self.dataset.repeat() if self.repeat else self.dataset)
 
     def raise_pending_error(self) -> None:
         # called when a step's read failed: without repeat, that is the dataset's end
@@ -102,8 +111,14 @@ class TFDatasetInput(InputSource):
             raise NotImplementedError("the dataset's cardinality is unknown")
         return n
 
-    def _get_input_tensors(self):
-        elem = next(self._iterator)
+    def _get_input_tensors(self, iterator=None):
+        # iterator: the call's own (a subclass's call_inputs), else the one made at setup
+        if iterator is None:
+            with self._iterator_lock:
+                if self._iterator is None:
+                    self._iterator = self._new_iterator()
+                iterator = self._iterator
+        elem = next(iterator)
         if self._keys is not None:
             elem = [elem[k] for k in self._keys]
         elif not isinstance(elem, (tuple, list)):

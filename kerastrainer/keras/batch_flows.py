@@ -85,6 +85,8 @@ class ArrayBatches(RNGDataFlow):
         self.x, self.y, self.sample_weight = x, y, sw
         self.batch_size = whole_number(batch_size, "batch_size", minimum=1)
         self.shuffle = bool(shuffle)
+        # Keras's shuffle='batch': each batch's samples shuffled, the batches in order (the tf.data route)
+        self.shuffle_mode = "batch" if isinstance(shuffle, str) and shuffle == "batch" else self.shuffle
 
     def __len__(self) -> int:
         return int(math.ceil(self.n / self.batch_size))

@@ -7,8 +7,18 @@ into an InputSource for the trainer:
 
 - a ``PyDataset``, a Python generator of ``(x, y)`` batches or a DataFlow -> a
   DataFlow of flat batches -> ``QueueInput``;
-- a ``tf.data.Dataset`` -> ``TFDatasetInput``; numpy arrays too when training
-  (``arrays_as_dataset``: a ``tf.data`` pipeline over the arrays), else a DataFlow.
+- a ``tf.data.Dataset`` -> :class:`KerasDatasetInput` (a ``TFDatasetInput`` read with the
+  iterators ``keras.Model.fit`` makes, see below); numpy arrays too when training
+  (``arrays_as_dataset``: a ``tf.data`` pipeline over the arrays, the batches in the order of
+  Keras's own array adapter), else a DataFlow.
+
+**The order of the batches is fit's.** Keras's epoch iterator makes a new iterator of the dataset
+at each epoch's start and another, unread, at its end (when ``steps_per_epoch`` is not given; with
+it, one iterator goes on until a pass is read, then the next): a pipeline shuffled with
+``reshuffle_each_iteration`` draws a reshuffle for each, and numpy arrays draw a permutation per
+iterator. :class:`KerasDatasetInput` makes the same iterators at the same points (its callback sees
+each epoch's start and end) and hands the epoch's iterator to each call of the train function, so
+under the same seed each epoch reads the batches ``fit`` reads, in its order.
 
 The batch is **global**, for every kind of data: with N replicas in all (the
 replicas of this process times the workers) each global batch is split into N
@@ -44,6 +54,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from .._internals import keras_array_batch_indices
+from ..callbacks.base import Callback
 from ..dataflow.base import DataFlow, is_dataflow
 from ..input_source.base import InputSource
 from ..input_source.dataset import TFDatasetInput
@@ -54,7 +66,7 @@ from .batch_flows import (DEFAULT_BATCH_SIZE, ArrayBatches, GeneratorFlow, PyDat
                           TFDatasetFlow, _FlatBatches, _is_arrays, _map, _Peeked)
 from .batch_flows import _FirstBatches  # noqa: F401 (keras/model.py imports it from here)
 
-__all__ = ["KerasData", "as_keras_data", "SpecSample", "SHARE_SPEC"]
+__all__ = ["KerasData", "KerasDatasetInput", "as_keras_data", "SpecSample", "SHARE_SPEC"]
 
 #: the last component of every flat batch: the replica's share of the global batch
 SHARE_SPEC = tf.TensorSpec([], tf.float32, name="replica_share")
@@ -123,12 +135,14 @@ class KerasData:
             return _FlatBatches(TFDatasetFlow(self.source), flatten, with_share)
         return _FlatBatches(self.source, flatten, with_share)
 
-    def make_input(self, flatten: Callable, num_replicas: int,
-                   worker: Tuple[int, int] = (0, 1)) -> Tuple[InputSource, Optional[int]]:
+    def make_input(self, flatten: Callable, num_replicas: int, worker: Tuple[int, int] = (0, 1),
+                   steps_per_epoch: Optional[int] = None) -> Tuple[InputSource, Optional[int]]:
         """``(InputSource, steps per epoch)``; each global batch is split over ``num_replicas``
         times the workers, each part followed by its share (see :class:`SplitBatches`).
         ``worker=(rank, size)``: this worker's ``num_replicas`` parts of each global batch
-        (every worker reads every batch; ``steps`` is the number of global batches)."""
+        (every worker reads every batch; ``steps`` is the number of global batches).
+        ``steps_per_epoch``: as given to ``fit`` (None: one pass), which decides when a ``tf.data``
+        pipeline gets a new iterator (:class:`KerasDatasetInput`)."""
         rank, size = int(worker[0]), int(worker[1])
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"worker=(rank, size) must have 0 <= rank < size; got {worker!r}.")
@@ -140,16 +154,115 @@ class KerasData:
                 ds = _split_dataset(ds, total, parts)
             else:
                 ds = ds.map(lambda *c: tuple(c) + (tf.constant(1.0),))
-            return TFDatasetInput(ds), self.steps
+            return KerasDatasetInput(ds, self.steps, steps_per_epoch), self.steps
         flow = _FlatBatches(self.source, flatten)
         flow = SplitBatches(flow, total, with_share=True, parts=parts) if total > 1 else \
             _FlatBatches(self.source, flatten, with_share=True)
         return QueueInput(flow, capacity=self.read_ahead), self.steps
 
 
+class _EpochIterators(Callback):
+    """Tells a :class:`KerasDatasetInput` where each epoch starts and ends (on every worker)."""
+
+    _chief_only = False
+
+    def __init__(self, source: "KerasDatasetInput"):
+        self.source = source
+
+    def _before_epoch(self):
+        self.source.epoch_begins()
+
+    def _after_epoch(self):
+        self.source.epoch_ends(self.trainer.local_step)
+
+
+class KerasDatasetInput(TFDatasetInput):
+    """A ``tf.data`` pipeline of Keras data (flat batches), read with the iterators
+    ``keras.Model.fit`` makes (Keras 3.15's epoch iterator, with one step per execution).
+
+    ``steps_per_epoch`` None (one pass, ``num_batches`` steps): a new iterator at each epoch's start,
+    and one more made at its end and never read. ``steps_per_epoch`` given: an iterator goes on over
+    the epochs until ``num_batches`` steps have been read from it (counted at the epochs' ends), then
+    the next one is made. Each iterator is of the dataset repeated, read no further than asked, so an
+    epoch that reads past a pass (a ``steps_per_epoch`` that does not divide the pass, where Keras
+    ends the epoch early; a batch too small to split over the replicas, skipped) goes on into the
+    next pass instead of failing.
+
+    The trainer gets the current iterator from :meth:`call_inputs` at each call. A source read
+    without it (wrapped in a ``StagingInput``, whose thread reads ahead across epochs) reads one
+    iterator of the repeated dataset, as ``TFDatasetInput`` does, and makes no other.
+
+    Example::
+
+        source = KerasDatasetInput(ds, num_batches=10)   # fit(ds) with a dataset of 10 batches
+    """
+
+    iterate_at_setup = False   # (making one would draw the first reshuffle of a shuffled pipeline)
+
+    def __init__(self, dataset: tf.data.Dataset, num_batches: Optional[int], steps_per_epoch: Optional[int] = None):
+        super().__init__(dataset)
+        self.num_batches = num_batches
+        self.steps_per_epoch = steps_per_epoch
+        self._current = None      # the iterator the epoch's calls read
+        self._seen = 0            # steps read from it at the last epoch's end
+        self._called = False      # the trainer asked for call_inputs: the epochs' iterators are made
+        self._begin_pending = False
+        self._epoch_dataset = None
+        self._callback = _EpochIterators(self)
+
+    def get_callbacks(self):
+        return [self._callback]
+
+    def _new_iterator(self):
+        # Each iterator reads its passes one after the other, and no further than asked: a
+        # prefetch inside each pass, none injected after the repeat (tf.data's default), which
+        # would start the next pass, drawing its reshuffle, before the epoch's end.
+        if self._epoch_dataset is None:
+            options = tf.data.Options()
+            options.experimental_optimization.inject_prefetch = False
+            self._epoch_dataset = self.dataset.prefetch(tf.data.AUTOTUNE).repeat().with_options(options)
+        return iter(self._epoch_dataset)
+
+    def call_inputs(self) -> list:
+        if not self._called:
+            self._called = True
+            if self._begin_pending:   # (the first epoch began before the first call)
+                self._begin_pending = False
+                self._begin()
+        if self._current is None:   # (a call outside an epoch)
+            self._current = self._new_iterator()
+            self._seen = 0
+        return [self._current]
+
+    def epoch_begins(self) -> None:
+        if not self._called:
+            self._begin_pending = True
+            return
+        self._begin()
+
+    def _begin(self) -> None:
+        if self._current is None or self.steps_per_epoch is None:
+            self._current = self._new_iterator()
+            self._seen = 0
+
+    def epoch_ends(self, steps: int) -> None:
+        if not self._called:
+            return
+        self._seen += int(steps)
+        if self.num_batches and self._seen >= self.num_batches:
+            # Keras makes the next iterator now; without steps_per_epoch the next epoch makes its own
+            self._current = self._new_iterator()
+            self._seen = 0
+
+    def close(self) -> None:
+        self._current = None
+        super().close()
+
+
 def _arrays_dataset(flow: ArrayBatches) -> tf.data.Dataset:
     """``flow``'s batches as a ``tf.data`` pipeline (no Python between steps): the arrays held once
-    as tensors, each batch a gather of (reshuffled each epoch) indices, as Keras's own array adapter."""
+    as tensors, each batch a gather of the indices Keras's own array adapter reads (its
+    permutation of each iterator, drawn from its random stream: ``fit``'s order under one seed)."""
     n, bs = flow.n, flow.batch_size
     arrays = (flow.x,) if flow.y is None else ((flow.x, flow.y) if flow.sample_weight is None
                                               else (flow.x, flow.y, flow.sample_weight))
@@ -164,10 +277,8 @@ def _arrays_dataset(flow: ArrayBatches) -> tf.data.Dataset:
             return {k: as_tuples(v) for k, v in a.items()}
         return a.astype(floatx) if a.dtype == np.float64 and floatx != "float64" else a
     held = tf.data.Dataset.from_tensors(as_tuples(arrays)).repeat()
-    order = tf.data.Dataset.range(n)
-    if flow.shuffle:
-        order = order.shuffle(n, reshuffle_each_iteration=True)
-    batches = tf.data.Dataset.zip((order.batch(bs), held))
+    order = keras_array_batch_indices(n, bs, flow.shuffle_mode)
+    batches = tf.data.Dataset.zip((order, held))
     ds = batches.map(lambda idx, a: tf.nest.map_structure(lambda t: tf.gather(t, idx), a),
                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -404,7 +404,7 @@ class KerasModel(KerasEvaluation):
             val = as_keras_data(validation_data, batch_size=validation_batch_size or batch_size, shuffle=False)
         io = self._weighted_io(self._prepare(data), data, val)
         flatten = _flattener(io)
-        source, steps = data.make_input(flatten, self._replicas(trainer), run.pop("worker"))
+        source, steps = data.make_input(flatten, self._replicas(trainer), run.pop("worker"), run["steps_per_epoch"])
         source = staged_on_gpus(source)
         if run["steps_per_epoch"] is None:
             if steps is None:
@@ -483,7 +483,7 @@ class KerasModel(KerasEvaluation):
                                            validation_steps)
         # (an unbuilt model builds in the trainer's first trace of its step, on the trainer's strategy)
         desc = KerasOwnStepDesc(model, data.step_first)
-        source, steps = data.make_input(desc.flatten, self._replicas(trainer), worker)
+        source, steps = data.make_input(desc.flatten, self._replicas(trainer), worker, run["steps_per_epoch"])
         if run["steps_per_epoch"] is None:
             if steps is None:
                 raise ValueError("steps_per_epoch is unknown: the data does not know its length. Give "

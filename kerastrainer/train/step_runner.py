@@ -126,7 +126,7 @@ class FunctionStepRunner(StepRunner):
 
     def run(self, k: int) -> StepResult:
         source = self.spec.source
-        feeds = source.next_feed() if source.requires_feed else []
+        feeds = source.next_feed() if source.requires_feed else source.call_inputs()
         steps = steps_tensor(k)
         try:
             if self.calls:

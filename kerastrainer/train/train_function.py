@@ -201,7 +201,7 @@ def build_train_function(spec: StepSpec) -> Tuple[tf.types.experimental.Polymorp
             whole_step = tf.function(whole_step, jit_compile=True)
 
         def replica_step(*feeds):
-            inputs = list(feeds) if source.requires_feed else source.get_input_tensors()
+            inputs = list(feeds) if source.requires_feed else source.get_input_tensors(*feeds)
             return whole_step(*inputs)
 
         return replica_step
