@@ -466,8 +466,8 @@ def test_x_alone_a_dict_of_arrays_with_validation_split_as_keras():
 def test_per_output_losses_of_a_partial_last_batch_as_under_fit(replicas):
     """Keras weights an epoch's loss and metrics by each batch's size but its per-output loss trackers
     by nothing (their ``sample_weight`` is the static batch size: None in a traced step): with a short
-    last batch the two means differ. Training, validation and evaluate (its list order too); with two
-    replicas against ``fit`` under a MirroredStrategy on two devices (each replica's value counts once)."""
+    last batch the two means differ. Training, validation and evaluate (its list order too), on one
+    device and two replicas."""
     rng = np.random.RandomState(3)
     # batches of 8, 8, 6 (an even split over two replicas: where Keras's replicas train as one device)
     x = rng.randn(22, 4).astype("float32")
@@ -479,16 +479,12 @@ def test_per_output_losses_of_a_partial_last_batch_as_under_fit(replicas):
         h = keras.layers.Dense(6, activation="relu")(inp)
         return keras.Model(inp, {"a": keras.layers.Dense(1, name="a")(h),
                                  "b": keras.layers.Dense(3, activation="softmax", name="b")(h)})
-    keras.utils.set_random_seed(0)
-    model = build()
-    # the reference: keras.Model.fit, under a MirroredStrategy on as many devices as KerasModel's replicas
-    import contextlib
-    with tf.distribute.MirroredStrategy(cpus(2)).scope() if replicas > 1 else contextlib.nullcontext():
-        ref = build()
-        ref.set_weights(model.get_weights())
-        loss = {"a": "mse", "b": "sparse_categorical_crossentropy"}
-        metrics = {"a": ["mae"], "b": ["accuracy"]}
-        ref.compile(keras.optimizers.SGD(0.1), loss, metrics=metrics, loss_weights={"a": 1.0, "b": 0.5})
+    # the reference: keras.Model.fit on one device (every batch splits evenly over two replicas, where
+    # Keras's replicas train as one device and each replica's loss counts once in the batch's mean)
+    ref, model = _twins(build)
+    loss = {"a": "mse", "b": "sparse_categorical_crossentropy"}
+    metrics = {"a": ["mae"], "b": ["accuracy"]}
+    ref.compile(keras.optimizers.SGD(0.1), loss, metrics=metrics, loss_weights={"a": 1.0, "b": 0.5})
     km = KerasModel(model, **({} if replicas == 1 else {"trainer": SyncMultiGPUTrainerReplicated(cpus(2))}))
     km.compile(keras.optimizers.SGD(0.1), loss, metrics=metrics, loss_weights={"a": 1.0, "b": 0.5})
     kw = dict(batch_size=8, epochs=2, shuffle=False, validation_data=(xv, {"a": yva, "b": yvb}))

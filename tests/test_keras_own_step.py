@@ -607,25 +607,47 @@ def _endpoint_model():
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_an_own_step_reading_add_loss_losses_of_its_layers_trains_as_fit(replicas):
+def test_an_own_step_reading_add_loss_losses_of_its_layers_trains_as_fit(replicas, tmp_path):
     """compute_loss reads the model's add_loss losses; in the tower the model is not the outermost call,
     so Keras does not clear those of the earlier trace (another graph): 'out of scope' before."""
     rng = np.random.RandomState(0)
     x, t = rng.randn(32, 4).astype("float32"), (rng.rand(32, 1) > 0.5).astype("float32")
     keras.utils.set_random_seed(0)
     model = _endpoint_model()
-    # fit under a MirroredStrategy on as many devices: there Keras divides the layer's loss by the
-    # replicas and sums their gradients (half the one-device gradient on two), and so does KerasModel
-    strategy = tf.distribute.MirroredStrategy(cpus(2)) if replicas > 1 else tf.distribute.get_strategy()
-    with strategy.scope():
+    initial = model.get_weights()
+    if replicas == 1:
         ref = _endpoint_model()
-        ref.set_weights(model.get_weights())
+        ref.set_weights(initial)
         ref.compile(keras.optimizers.SGD(0.1))
-    h_ref = ref.fit({"x": x, "t": t}, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        want = ref.fit({"x": x, "t": t}, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+        want_weights = ref.get_weights()
+    else:
+        # fit under a MirroredStrategy on two devices, in a process of its own (its collective ops' keys
+        # would collide with later strategies'): Keras divides the layer's loss by the replicas and sums
+        # their gradients (half the one-device gradient), and so does KerasModel
+        import json
+        import subprocess
+        import sys
+        here = os.path.dirname(os.path.abspath(__file__))
+        np.savez(str(tmp_path / "w.npz"), *initial)
+        code = ("import json, numpy as np, tensorflow as tf, keras; import conftest; conftest._configure_tf(); "
+                "from _devices import cpus; from test_keras_own_step import _endpoint_model\n"
+                f"w = np.load({str(tmp_path / 'w.npz')!r}); rng = np.random.RandomState(0)\n"
+                "x, t = rng.randn(32, 4).astype('float32'), (rng.rand(32, 1) > 0.5).astype('float32')\n"
+                "with tf.distribute.MirroredStrategy(cpus(2)).scope():\n"
+                "    ref = _endpoint_model(); ref.set_weights([w[f'arr_{i}'] for i in range(len(w.files))])\n"
+                "    ref.compile(keras.optimizers.SGD(0.1))\n"
+                "h = ref.fit({'x': x, 't': t}, batch_size=8, epochs=2, shuffle=False, verbose=0).history\n"
+                "print('RESULT' + json.dumps([h, [v.tolist() for v in ref.get_weights()]]))")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=here,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
+        assert r.returncode == 0 and line, r.stderr[-3000:]
+        want, want_weights = json.loads(line[0][len("RESULT"):])
     km = KerasModel(model, trainer=SimpleTrainer() if replicas == 1 else SyncMultiGPUTrainerReplicated(cpus(2)))
     km.compile(keras.optimizers.SGD(0.1))
     h = km.fit({"x": x, "t": t}, batch_size=8, epochs=2, shuffle=False, verbose=0, extra_callbacks=[], monitors=[])
     for key in ("loss", "endpoint_acc"):
-        np.testing.assert_allclose(h.history[key], h_ref.history[key], atol=1e-5, err_msg=key)
-    for u, v in zip(ref.get_weights(), model.get_weights()):
-        np.testing.assert_allclose(u, v, atol=1e-5)
+        np.testing.assert_allclose(h.history[key], want[key], atol=1e-5, err_msg=key)
+    for u, v in zip(want_weights, model.get_weights()):
+        np.testing.assert_allclose(np.asarray(u), v, atol=1e-5)
