@@ -297,28 +297,35 @@ def test_program_5_gan_with_its_own_compile_trains_both_optimizers_as_fit_does(l
     assert {"optimizer/d_optimizer/iteration", "optimizer/g_optimizer/iteration"} <= keys, sorted(keys)
 
 
-def test_two_replicas_train_as_keras_fit_under_a_mirrored_strategy():
-    # the same step, the same global batches: Keras's optimizer sums the replicas' gradients and its
-    # compute_loss divides by the replicas, so the weights are one device's; the loss the step tracks
-    # itself is the scaled one, under keras.Model.fit alike
-    # (keras.Model.fit under a MirroredStrategy runs in a process of its own: its collective ops'
-    # keys would collide with those of later strategies in this one)
+def _in_a_process_of_its_own(code: str):
+    """Run ``code`` (which prints ``RESULT<json>``) in a new Python process in this directory and return
+    the JSON: keras.Model.fit under a MirroredStrategy runs there, its collective ops' keys would collide
+    with those of later strategies in this one."""
     import json
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
-    code = ("import json, sys, tensorflow as tf; import conftest; conftest._configure_tf(); "
+    code = "import conftest; conftest._configure_tf()\n" + code
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=here,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
+    assert r.returncode == 0 and line, r.stderr[-3000:]
+    return json.loads(line[0][len("RESULT"):])
+
+
+def test_two_replicas_train_as_keras_fit_under_a_mirrored_strategy():
+    # the same step, the same global batches: Keras's optimizer sums the replicas' gradients and its
+    # compute_loss divides by the replicas, so the weights are one device's; the loss the step tracks
+    # itself is the scaled one, under keras.Model.fit alike
+    code = ("import json, tensorflow as tf\n"
             "from _devices import cpus; from test_keras_own_step import CustomModel1, _dense_model, _xy\n"
             "x, y = _xy()\n"
             "with tf.distribute.MirroredStrategy(cpus(2)).scope():\n"
             "    ref = _dense_model(CustomModel1); ref.compile(optimizer='adam', loss='mse', metrics=['mae'])\n"
-            "print('HISTORY' + json.dumps(ref.fit(x, y, epochs=2, batch_size=32, shuffle=False, verbose=0).history))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=here,
-                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("HISTORY")]
-    assert r.returncode == 0 and line, r.stderr[-3000:]
+            "print('RESULT' + json.dumps(ref.fit(x, y, epochs=2, batch_size=32, shuffle=False, verbose=0).history))")
+    history = _in_a_process_of_its_own(code)
     expected = keras.callbacks.History()
-    expected.history = json.loads(line[0][len("HISTORY"):])
+    expected.history = history
     x, y = _xy()
     model = _dense_model(CustomModel1)
     km = KerasModel(model, trainer=SyncMultiGPUTrainerReplicated(cpus(2), steps_per_call=4))
@@ -622,15 +629,10 @@ def test_an_own_step_reading_add_loss_losses_of_its_layers_trains_as_fit(replica
         want = ref.fit({"x": x, "t": t}, batch_size=8, epochs=2, shuffle=False, verbose=0).history
         want_weights = ref.get_weights()
     else:
-        # fit under a MirroredStrategy on two devices, in a process of its own (its collective ops' keys
-        # would collide with later strategies'): Keras divides the layer's loss by the replicas and sums
-        # their gradients (half the one-device gradient), and so does KerasModel
-        import json
-        import subprocess
-        import sys
-        here = os.path.dirname(os.path.abspath(__file__))
+        # fit under a MirroredStrategy on two devices (in a process of its own): Keras divides the layer's
+        # loss by the replicas and sums their gradients (half the one-device gradient), and so does KerasModel
         np.savez(str(tmp_path / "w.npz"), *initial)
-        code = ("import json, numpy as np, tensorflow as tf, keras; import conftest; conftest._configure_tf(); "
+        code = ("import json, numpy as np, tensorflow as tf, keras\n"
                 "from _devices import cpus; from test_keras_own_step import _endpoint_model\n"
                 f"w = np.load({str(tmp_path / 'w.npz')!r}); rng = np.random.RandomState(0)\n"
                 "x, t = rng.randn(32, 4).astype('float32'), (rng.rand(32, 1) > 0.5).astype('float32')\n"
@@ -639,11 +641,7 @@ def test_an_own_step_reading_add_loss_losses_of_its_layers_trains_as_fit(replica
                 "    ref.compile(keras.optimizers.SGD(0.1))\n"
                 "h = ref.fit({'x': x, 't': t}, batch_size=8, epochs=2, shuffle=False, verbose=0).history\n"
                 "print('RESULT' + json.dumps([h, [v.tolist() for v in ref.get_weights()]]))")
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=here,
-                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
-        assert r.returncode == 0 and line, r.stderr[-3000:]
-        want, want_weights = json.loads(line[0][len("RESULT"):])
+        want, want_weights = _in_a_process_of_its_own(code)
     km = KerasModel(model, trainer=SimpleTrainer() if replicas == 1 else SyncMultiGPUTrainerReplicated(cpus(2)))
     km.compile(keras.optimizers.SGD(0.1))
     h = km.fit({"x": x, "t": t}, batch_size=8, epochs=2, shuffle=False, verbose=0, extra_callbacks=[], monitors=[])
