@@ -326,10 +326,22 @@ def test_fasterrcnn_predict_modes(fpn_run, tmp_path):
 ])
 def test_fasterrcnn_configurations(tmp_path, name, config, keys, total):
     """The C4 model, Cascade R-CNN and the GroupNorm model (backbone, FPN and heads), each with
-    Mask R-CNN, train from scratch: their losses fall in 5 epochs of 8 steps and EvalCallback runs."""
+    Mask R-CNN, train from scratch: their losses fall in 5 epochs of 8 steps and EvalCallback runs;
+    each resumes with --load and predict.py --evaluate runs it."""
     data = write_data(tmp_path / "data")
     logdir = tmp_path / "train_log" / name
     stats, _ = train(logdir, data, *schedule(5), *config, cwd=tmp_path)
     assert [s["global_step"] for s in stats] == [8, 16, 24, 32, 40]
     assert_losses_fall(stats, keys, total)
     assert "coco_val2017-mAP(bbox)/IoU=0.5" in stats[-1]
+    # resumes with --load (the checkpoint ModelSaver wrote at the end) for one more epoch
+    stats2, out = train(tmp_path / "train_log" / (name + "-resumed"), data, *schedule(6), "TRAIN.STARTING_EPOCH=6",
+                        *config, cwd=tmp_path, load=logdir / "checkpoint")
+    assert [(s["epoch_num"], s["global_step"]) for s in stats2] == [(6, 48)] and "Restored" in out
+    # and predict.py evaluates the trained model in the same configuration
+    out = predict(data, "--load", str(logdir / "checkpoint"), "--evaluate", str(tmp_path / "eval.json"),
+                  cwd=tmp_path, config=config)
+    with open(tmp_path / "eval.json-coco_val2017") as f:
+        results = json.load(f)
+    assert all({"image_id", "category_id", "bbox", "score"} <= set(r) for r in results)
+    assert "Evaluate annotation type *bbox*" in out
