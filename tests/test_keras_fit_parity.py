@@ -497,3 +497,17 @@ def test_per_output_losses_of_a_partial_last_batch_as_under_fit(replicas):
     got = km.evaluate(xv, {"a": yva, "b": yvb}, batch_size=8, verbose=0)
     want = ref.evaluate(xv, {"a": yva, "b": yvb}, batch_size=8, verbose=0)
     _close(got, want)   # the values, in Keras's order
+
+
+def test_a_steps_per_epoch_that_does_not_divide_the_data_is_named_in_a_warning(kt_log):
+    """keras.Model.fit ends the epoch that runs out of data early; KerasModel's epochs keep their length
+    and read on into the next pass: said, naming steps_per_epoch (none when it divides the batches)."""
+    x, y = np.random.rand(40, 3).astype("float32"), np.random.rand(40, 1).astype("float32")
+    inp = keras.Input((3,))
+    km = KerasModel(keras.Model(inp, keras.layers.Dense(1)(inp)))
+    km.compile("sgd", "mse")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)   # 5 batches
+    km.fit(ds, epochs=1, steps_per_epoch=5, **QUIET)
+    assert "does not divide" not in kt_log.warnings()
+    km.fit(ds, epochs=1, steps_per_epoch=3, **QUIET)
+    assert "steps_per_epoch=3 does not divide the data's 5 batches" in kt_log.warnings()

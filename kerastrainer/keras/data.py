@@ -209,6 +209,20 @@ class KerasDatasetInput(TFDatasetInput):
         self._begin_pending = False
         self._epoch_dataset = None
         self._callback = _EpochIterators(self)
+        self._staged_said = False
+        if steps_per_epoch and num_batches and num_batches % steps_per_epoch:
+            logger.warn("KerasModel.fit: steps_per_epoch=%d does not divide the data's %d batches: where "
+                        "keras.Model.fit ends the epoch that runs out of data early, each epoch here runs "
+                        "%d steps, reading on into the next pass.", steps_per_epoch, num_batches, steps_per_epoch)
+
+    def _get_input_tensors(self, iterator=None):
+        if iterator is None and not self._staged_said:
+            # read by a StagingInput's thread (GPUs), which reads ahead across the epochs' ends
+            self._staged_said = True
+            logger.warn("KerasModel.fit: the data is read ahead by a staging thread: a pipeline that reshuffles "
+                        "each pass gives each epoch the next reshuffle, not the one keras.Model.fit's epoch "
+                        "iterators would read.")
+        return super()._get_input_tensors(iterator)
 
     def get_callbacks(self):
         return [self._callback]
