@@ -30,10 +30,12 @@ Two measures, each system in its own fresh process, interleaved, 3 repeats, medi
    OpenCV runs single-threaded everywhere (``cv2.setNumThreads(1)``): 2 workers on 2 cores.
 
 3. Serializer reads (``--only serialize``, in this process, no references): files written by
-   LMDBSerializer, HDF5Serializer and NumpySerializer, opened and read back in file order;
-   MB/s of datapoint bytes, median of the repeats (the file in the page cache), by wall time and
+   LMDBSerializer, HDF5Serializer and NumpySerializer, opened and read back in file order, the
+   images stacked into batches of 64 as BatchData does; MB/s of datapoint bytes, median of the repeats (the file in the page cache), by wall time and
    by CPU time. Two shapes of data: many small datapoints (32x32x3 uint8 + int label,
-   CIFAR-like) and fewer large ones (224x224x3 uint8 + label).
+   CIFAR-like) and fewer large ones (224x224x3 uint8 + label). The reference: the same records
+   in the layout written before checksums (read by the same reader, with nothing to check),
+   read alternately with the checked file; the last column is the checks' cost.
    Run it with ``PYTHONPATH=<another checkout>`` to compare two versions of the readers.
 
 Run (after ``bash bench/setup_env.sh`` for the references)::
@@ -48,6 +50,7 @@ Without the bench venv, the references are shown as "not run".
 from __future__ import annotations
 
 import argparse
+import statistics
 import os
 import shutil
 import sys
@@ -510,23 +513,48 @@ def _ser_dataflow(shape, n):
     return DataFromGenerator(gen, size=n)
 
 
-def _ser_read_rate(load, path: str, nbytes: int, repeats: int):
-    """MB/s of opening the file and reading one epoch, by wall time and by this process's CPU time
-    (medians of ``repeats``; the file is in the page cache). The CPU-time rate is the steadier one
-    on a machine that other work shares."""
-    wall, cpu = [], []
-    for _ in range(repeats + 1):
-        t0, c0 = time.perf_counter(), time.process_time()
-        ds = load(path)
-        ds.reset_state()
-        for _dp in ds:
-            pass
-        wall.append(nbytes / (time.perf_counter() - t0) / 1e6)
-        cpu.append(nbytes / max(time.process_time() - c0, 1e-9) / 1e6)
-        if hasattr(ds, "close"):
-            ds.close()
-    wall, cpu = sorted(wall[1:]), sorted(cpu[1:])   # the first one warms the page cache and the imports
-    return wall[len(wall) // 2], cpu[len(cpu) // 2]
+def _ser_epoch(load, path: str):
+    """(wall s, CPU s) of opening the file and reading one epoch into batches of 64 images, as
+    ``BatchData`` stacks them (a reader that maps the file has read nothing until its bytes are used)."""
+    import numpy as np
+    t0, c0 = time.perf_counter(), time.process_time()
+    ds = load(path)
+    ds.reset_state()
+    images = []
+    for dp in ds:
+        images.append(dp[0])
+        if len(images) == 64:
+            np.stack(images)
+            images = []
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if hasattr(ds, "close"):
+        ds.close()
+    return wall, cpu
+
+
+def _ser_unchecked_copy(fmt: str, path: str, out: str) -> None:
+    """The same records in the layout written before checksums (what today's readers read with
+    one warning and without checks): the in-process reference for the checks' cost."""
+    import numpy as np
+    if fmt == "LMDB":
+        import lmdb
+
+        from kerastrainer.dataflow import wire
+        from kerastrainer.dataflow.serialize import LMDBSerializer
+        src = LMDBSerializer.load(path, shuffle=False)
+        src.reset_state()
+        env = lmdb.open(out, subdir=False, lock=False, map_size=2 * os.path.getsize(path) + (1 << 24))
+        with env.begin(write=True) as txn:
+            for key, dp in zip(src.keys, src):
+                txn.put(key, wire.dumps(dp))
+            txn.put(b"__keys__", wire.dumps(list(src.keys)))
+        env.close()
+        src.close()
+    else:
+        import h5py
+        with h5py.File(path, "r") as hf, h5py.File(out, "w") as new:
+            for name in ("img", "label"):
+                new.create_dataset(name, data=np.asarray(hf[name][()]))
 
 
 def run_serialize(args) -> None:
@@ -535,7 +563,8 @@ def run_serialize(args) -> None:
     import kerastrainer
     from kerastrainer.dataflow.serialize import HDF5Serializer, LMDBSerializer, NumpySerializer
     print(f"\n-- Serializer reads (kerastrainer from {os.path.dirname(kerastrainer.__file__)}): one epoch in file "
-          f"order, median of {args.repeats}", flush=True)
+          f"order, median of {args.repeats}; LMDB and HDF5 beside the same records in the layout without "
+          "checksums (read alternately, so drift of the machine falls on both)", flush=True)
     rows = []
     tmp = tempfile.mkdtemp(prefix="kt-bench-ser-")
     try:
@@ -549,13 +578,29 @@ def run_serialize(args) -> None:
                      lambda p: NumpySerializer.load(p, shuffle=False))):
                 path = os.path.join(tmp, f"{fmt}-{n}")
                 save(_ser_dataflow(shape, n), path)
-                rate, cpu_rate = _ser_read_rate(load, path, nbytes, args.repeats)
-                rows.append([label, fmt, f"{rate:.0f}", f"{cpu_rate:.0f}"])
-                print(f"   {label:24s} {fmt:5s} {rate:8.0f} MB/s  {cpu_rate:8.0f} MB/s of CPU time", flush=True)
+                paths = {"checked": path}
+                if fmt != "npz":
+                    paths["unchecked"] = path + ".unchecked"
+                    _ser_unchecked_copy(fmt, path, paths["unchecked"])
+                times = {k: [] for k in paths}
+                for r in range(args.repeats + 1):
+                    for k, p in paths.items():
+                        t = _ser_epoch(load, p)
+                        if r:   # the first round warms the page cache and the imports
+                            times[k].append(t)
+                rate = {k: (nbytes / statistics.median(w for w, _ in v) / 1e6,
+                            nbytes / max(statistics.median(c for _, c in v), 1e-9) / 1e6) for k, v in times.items()}
+                wall, cpu = rate["checked"]
+                ratio = f"{cpu / rate['unchecked'][1]:.2f}x" if "unchecked" in rate else "(zip CRC, always)"
+                base = f"{rate['unchecked'][1]:.0f}" if "unchecked" in rate else "-"
+                rows.append([label, fmt, f"{wall:.0f}", f"{cpu:.0f}", base, ratio])
+                print(f"   {label:24s} {fmt:5s} {wall:8.0f} MB/s  {cpu:8.0f} MB/s of CPU time; without checksums "
+                      f"{base} MB/s of CPU time: {ratio}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print(C.format_table(["data", "format", "read MB/s (wall)", "read MB/s (CPU time)"], rows), flush=True)
+    print(C.format_table(["data", "format", "read MB/s (wall)", "read MB/s (CPU time)",
+                          "without checksums (CPU time)", "checked / unchecked"], rows), flush=True)
 
 
 def main(argv=None) -> None:

@@ -305,6 +305,33 @@ def test_hdf5_round_trip_shuffle_and_str(tmp_path):
     assert sorted(order) == list(range(20)) and order != list(range(20))
 
 
+def test_hdf5_numbers_are_mapped_read_only_and_other_layouts_are_read(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    import mmap
+    from kerastrainer.dataflow import HDF5Serializer
+    path = str(tmp_path / "d.h5")
+    dps = [[np.full((4, 3), i, np.int16), np.float64(i) / 3, f"n{i}"] for i in range(50)]
+    HDF5Serializer.save(DataFromList(dps, shuffle=False), path, ["img", "x", "name"])
+    ds = HDF5Serializer.load(path, ["img", "x", "name"], shuffle=False)
+    ds.reset_state()
+    got = list(ds)
+    assert [(d[0] == i).all() and d[0].dtype == np.int16 and d[1] == np.float64(i) / 3 and d[2] == f"n{i}"
+            for i, d in enumerate(got)] == [True] * 50
+    base = got[7][0]
+    while isinstance(base, (np.ndarray, memoryview)):
+        base = base.obj if isinstance(base, memoryview) else base.base
+    assert isinstance(base, mmap.mmap)   # numbers come from the file's pages, not a copy
+    with pytest.raises(ValueError, match="read-only"):
+        got[7][0][0, 0] = 1
+    # datasets another program wrote chunked and compressed are read by h5py (no checksums to check)
+    other = str(tmp_path / "other.h5")
+    with h5py.File(other, "w") as hf:
+        hf.create_dataset("img", data=np.arange(60).reshape(20, 3), chunks=(4, 3), compression="gzip")
+    ds = HDF5Serializer.load(other, ["img"], shuffle=True)
+    ds.reset_state()
+    assert sorted(int(d[0][0]) for d in ds) == list(range(0, 60, 3))
+
+
 def test_hdf5_errors_are_clear(tmp_path):
     pytest.importorskip("h5py")
     from kerastrainer.dataflow import HDF5Serializer

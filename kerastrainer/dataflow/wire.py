@@ -223,7 +223,7 @@ def _frame_bytes(frame) -> memoryview:
 
 
 def _decode(header: memoryview, buffers: Sequence[memoryview], where: str):
-    if len(header) < len(HEADER_MAGIC) or bytes(header[:len(HEADER_MAGIC)]) != HEADER_MAGIC:
+    if header[:len(HEADER_MAGIC)] != HEADER_MAGIC:
         raise ValueError(
             f"Malformed wire message ({where}): the header does not start with {HEADER_MAGIC!r}; "
             "was it written by kerastrainer.dataflow.wire.dumps/dumps_frames?")
@@ -241,7 +241,7 @@ def _decode(header: memoryview, buffers: Sequence[memoryview], where: str):
                 raise ValueError(f"array frame {idx} has {buf.nbytes} bytes, expected {count * dt.itemsize} "
                                  f"for shape {tuple(shape)} and dtype {dt}")
             used.add(idx)
-            return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
+            return np.ndarray(shape, dt, buf)   # a view of the frame (frombuffer + reshape: 2x the time)
         if code == _EXT_INLINE_ARRAY:
             dtw, shape, raw = msgpack.unpackb(data, raw=False)
             dt = _dtype_from_wire(dtw)
@@ -376,15 +376,18 @@ def loads(buf: Any, max_bytes: Optional[int] = None) -> Any:
     n = len(mv)
     if max_bytes is not None and n > max_bytes:
         raise ValueError(f"Malformed wire buffer: {n} bytes is over the limit of {max_bytes} (max_message_bytes)")
-    if n < _BUF_PREFIX.size or bytes(mv[:4]) != BUFFER_MAGIC:
+    if n < _BUF_PREFIX.size:
+        raise ValueError(f"Malformed wire buffer: {n} bytes, too short (was it written by "
+                         "kerastrainer.dataflow.wire.dumps?)")
+    magic, hlen, nbuf = _BUF_PREFIX.unpack_from(mv, 0)
+    if magic != BUFFER_MAGIC:
         raise ValueError(
             f"Malformed wire buffer: it does not start with {BUFFER_MAGIC!r} (got {bytes(mv[:8])!r}); "
             "was it written by kerastrainer.dataflow.wire.dumps?")
-    _, hlen, nbuf = _BUF_PREFIX.unpack_from(mv, 0)
     pos = _BUF_PREFIX.size
     if pos + nbuf * _U64.size + hlen > n:
         raise ValueError(f"Malformed wire buffer: truncated ({n} bytes, header says more)")
-    sizes = [_U64.unpack_from(mv, pos + i * _U64.size)[0] for i in range(nbuf)]
+    sizes = struct.unpack_from(f"<{nbuf}Q", mv, pos) if nbuf else ()
     pos += nbuf * _U64.size
     header = mv[pos:pos + hlen]
     pos += hlen
