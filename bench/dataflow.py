@@ -31,11 +31,12 @@ Two measures, each system in its own fresh process, interleaved, 3 repeats, medi
 
 3. Serializer reads (``--only serialize``, in this process, no references): files written by
    LMDBSerializer, HDF5Serializer and NumpySerializer, opened and read back in file order, the
-   images stacked into batches of 64 as BatchData does; MB/s of datapoint bytes, median of the repeats (the file in the page cache), by wall time and
-   by CPU time. Two shapes of data: many small datapoints (32x32x3 uint8 + int label,
-   CIFAR-like) and fewer large ones (224x224x3 uint8 + label). The reference: the same records
+   images stacked into batches of 64 as BatchData does; MB/s of datapoint bytes per second of CPU
+   time, median of the repeats (the file in the page cache), for the first epoch (with opening
+   the file) and a second epoch of the same DataFlow. Two shapes of data: many small datapoints
+   (32x32x3 uint8 + int label, CIFAR-like) and fewer large ones (224x224x3 uint8 + label). The reference: the same records
    in the layout written before checksums (read by the same reader, with nothing to check),
-   read alternately with the checked file; the last column is the checks' cost.
+   read alternately with the checked file; the last columns are the checks' cost.
    Run it with ``PYTHONPATH=<another checkout>`` to compare two versions of the readers.
 
 Run (after ``bash bench/setup_env.sh`` for the references)::
@@ -513,23 +514,30 @@ def _ser_dataflow(shape, n):
     return DataFromGenerator(gen, size=n)
 
 
-def _ser_epoch(load, path: str):
-    """(wall s, CPU s) of opening the file and reading one epoch into batches of 64 images, as
-    ``BatchData`` stacks them (a reader that maps the file has read nothing until its bytes are used)."""
+def _ser_epochs(load, path: str):
+    """CPU seconds of (opening the file and reading its first epoch, reading a second epoch of the
+    same DataFlow), each epoch's images stacked into batches of 64 as ``BatchData`` does (a reader
+    that maps the file has read nothing until its bytes are used)."""
     import numpy as np
-    t0, c0 = time.perf_counter(), time.process_time()
+
+    def epoch(ds):
+        images = []
+        for dp in ds:
+            images.append(dp[0])
+            if len(images) == 64:
+                np.stack(images)
+                images = []
+
+    c0 = time.process_time()
     ds = load(path)
     ds.reset_state()
-    images = []
-    for dp in ds:
-        images.append(dp[0])
-        if len(images) == 64:
-            np.stack(images)
-            images = []
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    epoch(ds)
+    c1 = time.process_time()
+    epoch(ds)
+    c2 = time.process_time()
     if hasattr(ds, "close"):
         ds.close()
-    return wall, cpu
+    return c1 - c0, c2 - c1
 
 
 def _ser_unchecked_copy(fmt: str, path: str, out: str) -> None:
@@ -563,8 +571,8 @@ def run_serialize(args) -> None:
     import kerastrainer
     from kerastrainer.dataflow.serialize import HDF5Serializer, LMDBSerializer, NumpySerializer
     print(f"\n-- Serializer reads (kerastrainer from {os.path.dirname(kerastrainer.__file__)}): one epoch in file "
-          f"order, median of {args.repeats}; LMDB and HDF5 beside the same records in the layout without "
-          "checksums (read alternately, so drift of the machine falls on both)", flush=True)
+          f"order, MB/s of CPU time, median of {args.repeats}; LMDB and HDF5 beside the same records in the "
+          "layout without checksums (read alternately, so drift of the machine falls on both)", flush=True)
     rows = []
     tmp = tempfile.mkdtemp(prefix="kt-bench-ser-")
     try:
@@ -585,22 +593,26 @@ def run_serialize(args) -> None:
                 times = {k: [] for k in paths}
                 for r in range(args.repeats + 1):
                     for k, p in paths.items():
-                        t = _ser_epoch(load, p)
+                        t = _ser_epochs(load, p)
                         if r:   # the first round warms the page cache and the imports
                             times[k].append(t)
-                rate = {k: (nbytes / statistics.median(w for w, _ in v) / 1e6,
-                            nbytes / max(statistics.median(c for _, c in v), 1e-9) / 1e6) for k, v in times.items()}
-                wall, cpu = rate["checked"]
-                ratio = f"{cpu / rate['unchecked'][1]:.2f}x" if "unchecked" in rate else "(zip CRC, always)"
-                base = f"{rate['unchecked'][1]:.0f}" if "unchecked" in rate else "-"
-                rows.append([label, fmt, f"{wall:.0f}", f"{cpu:.0f}", base, ratio])
-                print(f"   {label:24s} {fmt:5s} {wall:8.0f} MB/s  {cpu:8.0f} MB/s of CPU time; without checksums "
-                      f"{base} MB/s of CPU time: {ratio}", flush=True)
+                rate = {k: [nbytes / max(statistics.median(t[e] for t in v), 1e-9) / 1e6 for e in (0, 1)]
+                        for k, v in times.items()}
+                first, later = rate["checked"]
+                row = [label, fmt, f"{first:.0f}", f"{later:.0f}"]
+                if "unchecked" in rate:
+                    base_first, base_later = rate["unchecked"]
+                    row += [f"{base_first:.0f}", f"{base_later:.0f}", f"{first / base_first:.2f}x",
+                            f"{later / base_later:.2f}x"]
+                else:
+                    row += ["-", "-", "(zip CRC)", "(zip CRC)"]
+                rows.append(row)
+                print("   " + "  ".join(row), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print(C.format_table(["data", "format", "read MB/s (wall)", "read MB/s (CPU time)",
-                          "without checksums (CPU time)", "checked / unchecked"], rows), flush=True)
+    print(C.format_table(["data", "format", "epoch 1 MB/s", "epoch 2 MB/s", "no checksums: epoch 1",
+                          "epoch 2", "checked / not: epoch 1", "epoch 2"], rows), flush=True)
 
 
 def main(argv=None) -> None:

@@ -249,6 +249,22 @@ def test_lmdb_bit_flip_is_an_error_naming_file_and_record(tmp_path, shuffle):
     ds.close()
 
 
+def test_lmdb_records_are_checked_again_after_reset_state(tmp_path):
+    # checked once per process and reset_state: damage after a clean epoch is found on the next reset
+    from kerastrainer.dataflow.serialize import LMDBSerializer
+    path = str(tmp_path / "data.lmdb")
+    LMDBSerializer.save(_marked_dataflow(), path)
+    ds = LMDBSerializer.load(path, shuffle=True)
+    ds.reset_state()
+    assert sorted(int(dp[2]) for dp in ds) == list(range(40))
+    _flip_inside(path, _MARK[900:1000].tobytes())   # record 9
+    ds.reset_state()
+    with pytest.raises(ValueError, match=rf"record 9 \(key b'00000009'\) of {path!r} fails its checksum"):
+        for _ in ds:
+            pass
+    ds.close()
+
+
 def test_hdf5_bit_flip_is_an_error_naming_file_and_record(tmp_path):
     from kerastrainer.dataflow.serialize import HDF5Serializer
     path = str(tmp_path / "data.h5")
