@@ -97,3 +97,4 @@ def kt_log():
     lg.addHandler(h)
     yield h
     lg.removeHandler(h)
+

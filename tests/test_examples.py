@@ -86,6 +86,7 @@ def test_dcgan_digits_trains_both_objectives_and_writes_sample_grids(tmp_path):
     assert glob.glob(os.path.join(logdir, "checkpoint-*.index"))
 
 
+@pytest.mark.slow
 def test_mnist_convnet_fake_and_resume(tmp_path):
     logdir = str(tmp_path / "mnist")
     short = ["--fake", "--steps-per-epoch", "5", "--logdir", logdir]

@@ -282,6 +282,7 @@ def _two_workers(tmp_path, kinds):
             yield kind, [z[f"arr_{i}"] for i in range(len(z.files))]
 
 
+@pytest.mark.slow
 def test_global_batch_on_two_workers_tf_data_and_numpy(tmp_path):
     # the case: a tf.data batch was per worker (twice Keras's global batch)
     for kind, weights in _two_workers(tmp_path, ["tfdata", "numpy"]):

@@ -280,6 +280,7 @@ def _images(n=192):
     return np.random.RandomState(0).random_sample((n, 28, 28, 1)).astype("float32")
 
 
+@pytest.mark.slow
 def test_program_5_gan_with_its_own_compile_trains_both_optimizers_as_fit_does(logdir):
     dataset = tf.data.Dataset.from_tensor_slices(_images()).batch(16)
     ref = _gan()
@@ -339,6 +340,7 @@ def test_two_replicas_train_as_keras_fit_under_a_mirrored_strategy():
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_gan_on_two_replicas_trains():
     km = KerasModel(_gan(), trainer=SyncMultiGPUTrainerReplicated(cpus(2)))
     km.compile(**_gan_compile_args())
@@ -547,6 +549,7 @@ def generator_loss(fake_img):
     return -tf.reduce_mean(fake_img)
 
 
+@pytest.mark.slow
 def test_keras_io_wgan_gp_trains_its_critic_three_times_a_step(tmp_path):
     train_images = np.random.RandomState(0).uniform(-1, 1, (64,) + IMG_SHAPE).astype("float32")
     keras.utils.set_random_seed(0)
@@ -566,6 +569,7 @@ def test_keras_io_wgan_gp_trains_its_critic_three_times_a_step(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["generated_img_0_0.png", "generated_img_1_0.png"]
 
 
+@pytest.mark.slow
 def test_two_workers_run_the_models_own_step_on_their_shards(tmp_path):
     # kerastrainer-run -np 2: each worker reads every 2nd sample (16 of each global batch of 32); the
     # step's optimizer sums both workers' gradients of the loss compute_loss divides by 2: the

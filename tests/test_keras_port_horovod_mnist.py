@@ -32,6 +32,7 @@ def _run(out, epochs, steps, launcher):
     return json.loads((out / "score.json").read_text()), proc.stdout
 
 
+@pytest.mark.slow
 def test_port_runs_on_two_workers(tmp_path):
     score, output = _run(tmp_path, 1, 2, "kerastrainer-run")
     assert "[0] " in output and "[1] " in output  # both ranks ran

@@ -202,7 +202,8 @@ def reference_training(init, steps, objectives=False):
 
 
 # --- tests ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("variant", ["queue", "staging-thread", "same-logdir", "objectives"])
+@pytest.mark.parametrize("variant", ["queue"] + [pytest.param(v, marks=pytest.mark.slow)
+                                                 for v in ("staging-thread", "same-logdir", "objectives")])
 def test_two_workers_train_like_one_process_on_the_concatenated_batch(tmp_path, variant):
     # same-logdir: the script calls logger.set_logger_dir(dir, 'k') on both ranks (tensorpack's
     # programs do); rank 1 must not take the chief's lock (it died with LogDirLockedError)

@@ -30,6 +30,7 @@ def event_tags(logdir):
     return tags
 
 
+@pytest.mark.slow
 def test_mnist_visualizations(tmp_path):
     _data.write_mnist(str(tmp_path / "data"))
     run("mnist-visualizations.py", cwd=tmp_path,
@@ -49,6 +50,7 @@ def test_mnist_visualizations(tmp_path):
 
 
 @pytest.mark.parametrize("script", ["mnist-tflayers.py", "mnist-tflayers-keras.py"])
+@pytest.mark.slow
 def test_mnist_tflayers(tmp_path, script):
     # the original program with the import change only (tfv1.layers.* on Keras 3 layers), and the
     # same with tf.keras layers made anew in every call of build_graph (TF's migration guide)
@@ -86,6 +88,7 @@ def test_cifar10_preact18_mixup(tmp_path):
     assert os.path.isfile(logdir / "checkpoint-2.index")
 
 
+@pytest.mark.slow
 def test_mnist_embeddings_siamese(tmp_path):
     algorithm = "siamese"
     _data.write_mnist(str(tmp_path / "data"), n_test=768)   # visualize() plots 6 batches of 128

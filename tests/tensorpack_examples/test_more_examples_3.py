@@ -52,6 +52,7 @@ def finite(stats, *keys):
 
 # --- GAN/ --------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_wgan_clips_the_critic_every_step(tmp_path):
     data = write_jpegs(str(tmp_path / "data"))
     out = run("_shorten_trainer.py", "WGAN.py", "--data", data, "--batch", "4", cwd=tmp_path,
@@ -74,6 +75,7 @@ def test_wgan_clips_the_critic_every_step(tmp_path):
     assert max(np.abs(ckpt[k]).max() for k in gen_w) > 0.01   # the generator is not clipped
 
 
+@pytest.mark.slow
 def test_conditional_gan_mnist(tmp_path):
     _data.write_mnist(str(tmp_path / "data"))
     run("_shorten_trainer.py", "ConditionalGAN-mnist.py", cwd=tmp_path,
@@ -90,6 +92,7 @@ def test_conditional_gan_mnist(tmp_path):
     assert ckpt["discrim/conv0/W"].shape == (5, 5, 11, 11)      # image + 10 label planes, 11 filters
 
 
+@pytest.mark.slow
 def test_infogan_mnist(tmp_path):
     _data.write_mnist(str(tmp_path / "data"))
     run("_shorten_trainer.py", "InfoGAN-mnist.py", cwd=tmp_path,
@@ -107,6 +110,7 @@ def test_infogan_mnist(tmp_path):
     assert "gen/fc0/W/Adam" in ckpt and "discrim/fc1/W/Adam" in ckpt
 
 
+@pytest.mark.slow
 def test_began(tmp_path):
     data = write_jpegs(str(tmp_path / "data"))
     run("_shorten_trainer.py", "BEGAN.py", "--data", data, "--batch", "4", cwd=tmp_path,
@@ -231,6 +235,7 @@ def test_imagenet_shufflenet(tmp_path):
     assert ckpt["stage2/block1/dconv/W"].shape == (3, 3, 48, 1)
 
 
+@pytest.mark.slow
 def test_dynamic_filter_network_steering_filter(tmp_path):
     _data.write_bsds500(str(tmp_path / "data"))
     run("_shorten_batch.py", "steering-filter.py", "--gpu", "0", cwd=tmp_path,

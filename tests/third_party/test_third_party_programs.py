@@ -57,6 +57,7 @@ def checkpoint_names(logdir):
     return {n for n, _ in tf.train.list_variables(tf.train.latest_checkpoint(str(logdir)))}
 
 
+@pytest.mark.slow
 def test_groupnorm_cifar10_resnet(tmp_path):
     """GroupNorm-reproduce: GroupNorm's tf.get_variable in a use_scope=None layer, named by the
     caller's variable scope; the weight decay an exponential_decay of the global step."""
