@@ -97,4 +97,3 @@ def kt_log():
     lg.addHandler(h)
     yield h
     lg.removeHandler(h)
-
