@@ -45,6 +45,16 @@ def pytest_runtest_setup(item):
         pytest.skip(f"not run: the CI time budget (KERASTRAINER_TEST_DEADLINE={deadline}) was spent")
 
 
+def pytest_runtest_teardown(item, nextitem):
+    # At a module's end: what is still alive leaves the collector's generations, so later modules'
+    # full collections stop re-walking a million objects of TF and finished tests (21:26 against
+    # 22:44 for the fast suite; reference counting still frees them)
+    if nextitem is None or nextitem.module is not item.module:
+        import gc
+        gc.collect()
+        gc.freeze()
+
+
 @pytest.fixture(scope="session")
 def tf():
     _configure_tf()
