@@ -41,15 +41,14 @@ RECORD_CHECKSUM = "crc32<8192,sum64"
 
 def sum64(buf) -> int:
     """The checksum of the bytes of ``buf`` (bytes, bytearray, memoryview, C-contiguous array)."""
-    if type(buf) is bytearray or type(buf) is bytes:   # what readers hand in, per record: no view to make
-        n = len(buf) >> 3
-        return (int(_add_reduce(_frombuffer(buf, _U64LE, n))) + int.from_bytes(buf[n << 3:], "little")) & _MASK
-    mv = memoryview(buf)
-    if mv.ndim != 1 or mv.itemsize != 1:
-        mv = mv.cast("B")
-    n = len(mv) // 8
-    total = int(_add_reduce(np.frombuffer(mv, _U64LE, n))) if n else 0   # wraps modulo 2**64
-    return (total + int.from_bytes(mv[n * 8:], "little")) & _MASK
+    data = buf
+    if type(buf) is not bytearray and type(buf) is not bytes:   # readers hand in these, per record: no view
+        data = memoryview(buf)
+        if data.ndim != 1 or data.itemsize != 1:
+            data = data.cast("B")
+    n = len(data) >> 3
+    total = int(_add_reduce(_frombuffer(data, _U64LE, n)))   # wraps modulo 2**64; 0 for no whole word
+    return (total + int.from_bytes(data[n << 3:], "little")) & _MASK
 
 
 def record_checksum(buf) -> int:

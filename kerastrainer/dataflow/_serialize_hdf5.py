@@ -52,7 +52,7 @@ def _contiguous_place(ds):
     """
     dt = ds.dtype
     if ds.chunks is not None or ds.compression is not None or ds.shape is None or not ds.shape \
-            or dt.kind not in "biuf" or dt.byteorder == ">" or dt.hasobject or ds.external:
+            or dt.kind not in "biuf" or dt.byteorder == ">" or ds.external:
         return None
     offset = ds.id.get_offset()   # None where no storage is allocated (an empty dataset)
     count = int(np.prod(ds.shape))
@@ -227,7 +227,7 @@ class HDF5Data(RNGDataFlow):
                     if place is not None:
                         if file_map is None:
                             file_map = self._map_file()
-                        arr = self._mapped(file_map, name, ds, place)
+                        arr = self._mapped(file_map, ds, place)
                     else:
                         arr = ds.asstr()[()] if self._h5py.check_string_dtype(ds.dtype) else ds[()]
                 except (OSError, ValueError) as e:
@@ -244,7 +244,7 @@ class HDF5Data(RNGDataFlow):
         with open(self.path, "rb") as f:
             return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
 
-    def _mapped(self, file_map: mmap.mmap, name: str, ds, place) -> np.ndarray:
+    def _mapped(self, file_map: mmap.mmap, ds, place) -> np.ndarray:
         """A read-only array over the dataset's bytes in the memory-mapped file."""
         offset, count = place
         if offset + count * ds.dtype.itemsize > len(file_map):   # a damaged header: refuse, never read past the map
