@@ -29,14 +29,15 @@ Two measures, each system in its own fresh process, interleaved, 3 repeats, medi
      imgaug path, to tell augmentor overhead from IPC overhead.
    OpenCV runs single-threaded everywhere (``cv2.setNumThreads(1)``): 2 workers on 2 cores.
 
-3. Serializer reads (``--only serialize``, in this process, no references): files written by
+3. Serializer reads (``--only serialize``, in this process): files written by
    LMDBSerializer, HDF5Serializer and NumpySerializer, opened and read back in file order, the
    images stacked into batches of 64 as BatchData does; MB/s of datapoint bytes per second of CPU
    time, median of the repeats (the file in the page cache), for the first epoch (with opening
    the file) and a second epoch of the same DataFlow. Two shapes of data: many small datapoints
-   (32x32x3 uint8 + int label, CIFAR-like) and fewer large ones (224x224x3 uint8 + label). The reference: the same records
-   in the layout written before checksums (read by the same reader, with nothing to check),
-   read alternately with the checked file; the last columns are the checks' cost.
+   (32x32x3 uint8 + int label, CIFAR-like) and fewer large ones (224x224x3 uint8 + label). The
+   reference: the same records in the layout written before checksums (read by the same reader,
+   with nothing to check), read alternately with the checked file; the last columns are the
+   checks' cost.
    Run it with ``PYTHONPATH=<another checkout>`` to compare two versions of the readers.
 
 Run (after ``bash bench/setup_env.sh`` for the references)::
@@ -51,9 +52,9 @@ Without the bench venv, the references are shown as "not run".
 from __future__ import annotations
 
 import argparse
-import statistics
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
