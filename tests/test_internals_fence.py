@@ -123,17 +123,16 @@ def test_a_moved_internal_that_changes_numbers_raises(fresh_check, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_keras_src)
+    from kerastrainer._internals import keras_calls
+    monkeypatch.setitem(keras_calls._per_replica_patch, "done", False)   # as in a fresh process
     with pytest.warns(RuntimeWarning):
-        with pytest.raises(_internals.InternalsError, match=r"unscale_loss_for_distribution.*TensorFlow 2\.22\.0 / "
-                                                            r"Keras 3\.16\.1.*number of replicas"):
-            _internals.unscale_loss_for_distribution(1.0)
+        with pytest.raises(_internals.InternalsError, match=r"scale_loss_for_distribution.*TensorFlow 2\.22\.0 / "
+                                                            r"Keras 3\.16\.1.*share of the batch"):
+            with _internals.keras_losses_scaled_by(0.5):
+                pass
     with pytest.raises(_internals.InternalsError, match=r"CallContext.*is_training"):
         with _internals.keras_training_phase(True):
             pass
-    # shape-dependent compile strings raise; others fall back to keras.losses.get
-    with pytest.raises(_internals.InternalsError, match="compile_utils.get_metric"):
-        _internals.keras_compile_metric("accuracy", None, None)
-    assert _internals.keras_compile_loss("mse", None, None) is None
     # a fallback that changes nothing keeps Keras's own behaviour
     fn = lambda: 1  # noqa: E731
     assert _internals.with_keras_random_state(fn) is fn

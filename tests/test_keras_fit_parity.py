@@ -511,3 +511,25 @@ def test_a_steps_per_epoch_that_does_not_divide_the_data_is_named_in_a_warning(k
     assert "does not divide" not in kt_log.warnings()
     km.fit(ds, epochs=1, steps_per_epoch=3, **QUIET)
     assert "steps_per_epoch=3 does not divide the data's 5 batches" in kt_log.warnings()
+
+
+# --- metrics that are not means of per-batch values: Keras's own state, as fit ----------------------
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_auc_and_precision_are_keras_stateful_results_as_under_fit(replicas):
+    """Every Keras model trains through Keras's own train_step: AUC and Precision accumulate over the
+    epoch (a mean of per-batch AUCs would differ), on one device and across two replicas, training
+    and validation."""
+    rng = np.random.RandomState(5)
+    x = rng.randn(60, 4).astype("float32")
+    y = (x[:, :1] + 0.5 * rng.randn(60, 1) > 0).astype("float32")
+    ref, model = _twins(lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")]))
+    metrics = lambda: [keras.metrics.AUC(name="auc"), keras.metrics.Precision(name="precision")]  # noqa: E731
+    ref.compile(keras.optimizers.SGD(0.1), "binary_crossentropy", metrics=metrics())
+    km = KerasModel(model, trainer=SyncMultiGPUTrainerReplicated(cpus(2)) if replicas > 1 else None)
+    km.compile(keras.optimizers.SGD(0.1), "binary_crossentropy", metrics=metrics())
+    kw = dict(batch_size=10, epochs=2, shuffle=False, validation_data=(x[:30], y[:30]))
+    h_ref = ref.fit(x, y, verbose=0, **kw)
+    h = km.fit(x, y, **QUIET, **kw)
+    for name in ("loss", "auc", "precision", "val_loss", "val_auc", "val_precision"):
+        _close(h.history[name], h_ref.history[name])
+    _same_weights(ref, model)

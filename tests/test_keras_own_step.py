@@ -620,32 +620,18 @@ def _endpoint_model():
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_an_own_step_reading_add_loss_losses_of_its_layers_trains_as_fit(replicas, tmp_path):
     """compute_loss reads the model's add_loss losses; in the tower the model is not the outermost call,
-    so Keras does not clear those of the earlier trace (another graph): 'out of scope' before."""
+    so Keras does not clear those of the earlier trace (another graph): 'out of scope' before. On two
+    replicas the weights are one device's: the layer's Keras loss is divided over the replicas once
+    (Keras 3.15's fit under a MirroredStrategy divides it twice, half the loss and the gradient)."""
     rng = np.random.RandomState(0)
     x, t = rng.randn(32, 4).astype("float32"), (rng.rand(32, 1) > 0.5).astype("float32")
     keras.utils.set_random_seed(0)
     model = _endpoint_model()
-    initial = model.get_weights()
-    if replicas == 1:
-        ref = _endpoint_model()
-        ref.set_weights(initial)
-        ref.compile(keras.optimizers.SGD(0.1))
-        want = ref.fit({"x": x, "t": t}, batch_size=8, epochs=2, shuffle=False, verbose=0).history
-        want_weights = ref.get_weights()
-    else:
-        # fit under a MirroredStrategy on two devices (in a process of its own): Keras divides the layer's
-        # loss by the replicas and sums their gradients (half the one-device gradient), and so does KerasModel
-        np.savez(str(tmp_path / "w.npz"), *initial)
-        code = ("import json, numpy as np, tensorflow as tf, keras\n"
-                "from _devices import cpus; from test_keras_own_step import _endpoint_model\n"
-                f"w = np.load({str(tmp_path / 'w.npz')!r}); rng = np.random.RandomState(0)\n"
-                "x, t = rng.randn(32, 4).astype('float32'), (rng.rand(32, 1) > 0.5).astype('float32')\n"
-                "with tf.distribute.MirroredStrategy(cpus(2)).scope():\n"
-                "    ref = _endpoint_model(); ref.set_weights([w[f'arr_{i}'] for i in range(len(w.files))])\n"
-                "    ref.compile(keras.optimizers.SGD(0.1))\n"
-                "h = ref.fit({'x': x, 't': t}, batch_size=8, epochs=2, shuffle=False, verbose=0).history\n"
-                "print('RESULT' + json.dumps([h, [v.tolist() for v in ref.get_weights()]]))")
-        want, want_weights = _in_a_process_of_its_own(code)
+    ref = _endpoint_model()
+    ref.set_weights(model.get_weights())
+    ref.compile(keras.optimizers.SGD(0.1))
+    want = ref.fit({"x": x, "t": t}, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+    want_weights = ref.get_weights()
     km = KerasModel(model, trainer=SimpleTrainer() if replicas == 1 else SyncMultiGPUTrainerReplicated(cpus(2)))
     km.compile(keras.optimizers.SGD(0.1))
     h = km.fit({"x": x, "t": t}, batch_size=8, epochs=2, shuffle=False, verbose=0, extra_callbacks=[], monitors=[])

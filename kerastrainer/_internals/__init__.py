@@ -11,7 +11,7 @@ One module per concern, and this ``__init__`` re-exports their names (callers wr
 - ``versions.py``: the tested range (TensorFlow 2.21.x, Keras 3.15.x), checked once at the
   first use of an internal (one ``RuntimeWarning`` outside it), and :class:`InternalsError`;
 - ``keras_calls.py``: a Keras call's training phase and seed generator, the loss scale of
-  replicas, compile's resolution of losses and metrics;
+  replicas;
 - ``keras_data.py``: the order in which ``keras.Model.fit`` reads numpy arrays (its array adapter);
 - ``keras_objects.py``: private attributes of Keras variables, optimizers, layers and models;
 - ``tf_runtime.py``: TF's runtime, modes, devices, gradient registry, TF1 variable store, op edits;
@@ -27,8 +27,8 @@ both versions instead.
 The fence imports nothing of kerastrainer's and loads TensorFlow and Keras only when a
 function needs them (``utils/`` stays importable without TensorFlow).
 """
-from .keras_calls import (keras_compile_loss, keras_compile_metric, keras_losses_per_replica, keras_losses_scaled_by,
-                          keras_training_phase, unscale_loss_for_distribution, with_keras_random_state)
+from .keras_calls import (keras_forward_losses_unscaled, keras_losses_scaled_by, keras_training_phase,
+                          with_keras_random_state)
 from .keras_data import keras_array_batch_indices
 from .keras_objects import (batchnorm_reduction_axes, clear_model_losses, functional_input_structure,
                             install_batchnorm_moments, keras_tensor_producer, layer_draws_random,
@@ -44,9 +44,8 @@ from .tf_runtime import (all_reduce_gradients_released, convert_variables_to_con
 from .versions import TESTED_KERAS, TESTED_TENSORFLOW, InternalsError, check_versions, installed_versions
 
 __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_versions", "installed_versions",
-           # Keras: a call's state, losses and metrics (keras_calls.py)
-           "keras_training_phase", "with_keras_random_state", "unscale_loss_for_distribution",
-           "keras_compile_loss", "keras_compile_metric", "keras_losses_per_replica", "keras_losses_scaled_by",
+           # Keras: a call's state and its losses' scale over replicas (keras_calls.py)
+           "keras_training_phase", "with_keras_random_state", "keras_forward_losses_unscaled", "keras_losses_scaled_by",
            # Keras's data adapters (keras_data.py)
            "keras_array_batch_indices",
            # Keras objects (keras_objects.py)

@@ -1,10 +1,10 @@
 """Keras internals around a call: the training phase and the seed generator of a tower's Keras
-calls, and how ``compile`` scales and resolves losses and metrics.
+calls, and how Keras scales losses over replicas.
 
 This module owns what Keras keeps in ``keras.src``'s per-thread global state (the call context,
-the seed generator), its per-replica loss scaling (``keras_losses_scaled_by``: a replica's
-share of the batch in place of ``1 / replicas``) and compile's shape-dependent resolution of
-``'accuracy'`` / ``'crossentropy'``. Private attributes of Keras objects are
+the seed generator) and its per-replica loss scaling (``keras_losses_scaled_by``: a replica's
+share of the batch in place of ``1 / replicas``; ``keras_forward_losses_unscaled``: a layer's Keras
+loss divided once, not twice). Private attributes of Keras objects are
 ``keras_objects.py``'s; the version check is ``versions.py``'s.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Callable
 
 from .versions import _keras, _missing, _tf
 
-__all__ = ["keras_training_phase", "with_keras_random_state", "unscale_loss_for_distribution",
-           "keras_compile_loss", "keras_compile_metric", "keras_losses_per_replica", "keras_losses_scaled_by"]
+__all__ = ["keras_training_phase", "with_keras_random_state", "keras_forward_losses_unscaled",
+           "keras_losses_scaled_by"]
 
 
 def _keras_global_state():
@@ -86,22 +86,6 @@ def with_keras_random_state(fn: Callable) -> Callable:
     return run
 
 
-def unscale_loss_for_distribution(value):
-    """Undo Keras's division of a mean loss by the number of replicas (the trainer averages itself).
-
-    Keras 3 applies the division inside ``Loss.__call__`` with no switch to turn it off.
-    Raises :class:`InternalsError` when the function moved (the loss would be off by the
-    number of replicas).
-    """
-    _keras()
-    try:
-        from keras.src.losses.loss import unscale_loss_for_distribution as unscale
-    except ImportError as e:
-        raise _missing("keras.src.losses.loss.unscale_loss_for_distribution",
-                       "every Keras mean loss would be divided by the number of replicas", e) from e
-    return unscale(value)
-
-
 _per_replica = threading.local()
 _per_replica_patch = {"done": False}
 _per_replica_lock = threading.Lock()
@@ -167,39 +151,30 @@ def keras_losses_scaled_by(factor):
         _per_replica.factor = before
 
 
-def keras_losses_per_replica():
-    """In this context, in this thread, a Keras loss (``Loss.__call__``, in a layer's ``add_loss``)
-    is not divided by the number of replicas: kerastrainer averages the replicas itself."""
-    return keras_losses_scaled_by(1)
+def keras_forward_losses_unscaled(model):
+    """While ``model``'s forward call runs in this context (this thread), a Keras loss called inside it
+    (a layer's ``add_loss(self.loss_fn(y, p))``) is not divided by the replicas: Keras's TensorFlow
+    trainer divides every ``add_loss`` loss once more where it sums them (its
+    ``_aggregate_additional_loss``), which would divide such a loss twice (half the loss and the
+    gradient on two replicas; ``keras.Model.fit`` under ``MirroredStrategy`` does so)."""
+    return _forward_scope(model)
 
 
-# identifiers whose meaning compile picks from the shapes; keras.losses/metrics.get would differ
-_SHAPE_DEPENDENT = {"accuracy", "acc", "crossentropy", "ce"}
+@contextmanager
+def _forward_scope(model):
+    _patch_keras_replica_scaling()
+    own = model.__dict__.get("call")
+    bound = model.call
 
+    def call(*args, **kwargs):
+        with keras_losses_scaled_by(1):
+            return bound(*args, **kwargs)
 
-def _compile_utils(attr: str, identifier):
+    object.__setattr__(model, "call", call)   # Layer.__call__ looks up self.call; no tracking wanted
     try:
-        from keras.src.trainers import compile_utils
-        return getattr(compile_utils, attr)
-    except (ImportError, AttributeError) as e:
-        if isinstance(identifier, str) and identifier in _SHAPE_DEPENDENT:
-            raise _missing(f"keras.src.trainers.compile_utils.{attr}",
-                           f"{identifier!r} would not pick its binary, categorical or sparse form from the "
-                           "shapes as Keras's compile does", e) from e
-        return None
-
-
-def keras_compile_loss(identifier, y_true, y_pred):
-    """The loss ``keras.Model.compile`` makes of ``identifier`` for these shapes, or None where the
-    internal is missing and the identifier does not depend on the shapes (no public API:
-    compile's resolution of ``'crossentropy'`` lives in keras.src.trainers.compile_utils)."""
-    _keras()
-    get = _compile_utils("get_loss", identifier)
-    return get(identifier, y_true, y_pred) if get is not None else None
-
-
-def keras_compile_metric(identifier, y_true, y_pred):
-    """As :func:`keras_compile_loss`, for a metric (``'accuracy'``)."""
-    _keras()
-    get = _compile_utils("get_metric", identifier)
-    return get(identifier, y_true, y_pred) if get is not None else None
+        yield
+    finally:
+        if own is None:
+            object.__delattr__(model, "call")
+        else:
+            object.__setattr__(model, "call", own)

@@ -12,7 +12,7 @@
 See docs/keras.md and docs/migration-keras2-tflms.md. Inside this package ``import keras`` is the real Keras.
 """
 from ..utils.devices import get_num_gpu
-from .adapter import KerasModelDesc
+from .model_desc import KerasModelDesc
 from .callbacks import KerasCallback, wrap_keras_callbacks
 from .data import KerasData, as_keras_data
 from .model import KerasModel

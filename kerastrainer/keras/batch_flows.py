@@ -15,7 +15,6 @@ Example::
 """
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from typing import Callable, Optional
@@ -190,23 +189,6 @@ class _FlatBatches(ProxyDataFlow):
         for dp in self.ds:
             flat = [np.asarray(c) for c in self.flatten(dp)]
             yield flat + [np.float32(1.0)] if self.with_share else flat
-
-
-class _FirstBatches(ProxyDataFlow):
-    """The first ``n`` datapoints of each pass (Keras' ``validation_steps``); a generator reads on."""
-
-    def __init__(self, ds, n: int):
-        super().__init__(ds)
-        self.n = int(n)
-
-    def __len__(self) -> int:
-        try:
-            return min(self.n, len(self.ds))
-        except (TypeError, NotImplementedError):
-            return self.n
-
-    def __iter__(self):
-        yield from itertools.islice(self.ds, self.n)
 
 
 class SplitBatches(ProxyDataFlow):

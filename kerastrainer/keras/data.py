@@ -64,7 +64,6 @@ from ..utils import logger
 from ..utils.casting import whole_number
 from .batch_flows import (DEFAULT_BATCH_SIZE, ArrayBatches, GeneratorFlow, PyDatasetFlow, SplitBatches,
                           TFDatasetFlow, _FlatBatches, _is_arrays, _map, _Peeked)
-from .batch_flows import _FirstBatches  # noqa: F401 (keras/model.py imports it from here)
 
 __all__ = ["KerasData", "KerasDatasetInput", "as_keras_data", "SpecSample", "SHARE_SPEC"]
 

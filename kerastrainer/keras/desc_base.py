@@ -2,9 +2,8 @@
 trainer's strategy before anything is built, its optimizers re-indexed after the move, and
 checkpoints that save the model under ``keras_model``.
 
-The two descs (:mod:`.adapter`: compile's loss and metrics computed by kerastrainer;
-:mod:`.own_step`: the model's own ``train_step``) say which variables are theirs beside the
-model's (:meth:`KerasDescBase.state_variables`) and which optimizers they train with.
+A desc (:mod:`.model_desc`: the model's own ``train_step``) says which variables are its beside the
+model's (:meth:`KerasDescBase.state_variables`) and which optimizers it trains with.
 
 Example (a desc for a model whose optimizer is ``opt``)::
 

@@ -1,11 +1,12 @@
 """``KerasModel.evaluate`` and ``KerasModel.predict``, as Keras's: what they return and the hooks they run.
 
 :class:`KerasEvaluation` is mixed into :class:`~kerastrainer.keras.KerasModel`: ``evaluate``
-computes the compiled loss and metrics batch by batch in inference mode (each batch weighted by
-its size; the per-output losses unweighted, as Keras 3 averages them), or runs the model's own
-``test_step`` when it has one; ``predict`` is ``keras.Model.predict`` on the trained model. The
-same means of fit's ``validation_data`` (:func:`_validation_runner`). Training is
-:mod:`kerastrainer.keras.model`'s.
+runs Keras's ``test_step`` batch by batch over kerastrainer's reading of the data (every data form
+``fit`` takes; errors name the input or target at fault; exactly ``steps`` batches) and reads the
+model's metrics, as ``keras.Model.evaluate`` does; a model with its own ``test_step`` is evaluated by
+``keras.Model.evaluate`` itself. fit's ``validation_data`` is the same evaluation, on the trainer's
+replicas (:mod:`.validation`). ``predict`` is ``keras.Model.predict`` on the trained model. Training
+is :mod:`kerastrainer.keras.model`'s.
 
 Example::
 
@@ -14,20 +15,20 @@ Example::
 """
 from __future__ import annotations
 
+import itertools
 from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 
-from ..callbacks.inference import ScalarStats
-from ..callbacks.inference_runner import InferenceRunner
+from .._internals import clear_model_losses, keras_forward_losses_unscaled
 from ..dataflow.base import is_dataflow
 from ..input_source.base import InputSource, InputSourceError
 from ..utils import logger
 from ..utils.casting import cast_exactly
 from .data import as_keras_data
 from .fit_arguments import _check_verbose
-from .own_step import overridden, runs_own_step
+from .model_desc import _flat_logs, overridden, pack_batch, runs_own_step
 from .structure import ModelIO, flatten_xy
 
 __all__ = ["KerasEvaluation"]
@@ -77,57 +78,47 @@ class KerasEvaluation:
         if data_arg is None:
             raise ValueError("KerasModel.evaluate needs data: evaluate(x, y).")
         self._adopt_keras_compile()
-        own = overridden(self.model, "test_step") or runs_own_step(self.model)
-        if own:
+        if overridden(self.model, "test_step") or runs_own_step(self.model):
             logs = self._evaluate_with_keras(data_arg, batch_size, steps, sample_weight)
         else:
-            logs = self._evaluate_stats(data_arg, batch_size, steps, sample_weight)
+            if isinstance(data_arg, InputSource):
+                raise TypeError("evaluate needs data it can read in Python (arrays, a DataFlow, a tf.data.Dataset), "
+                                f"not a {type(data_arg).__name__}.")
+            kd = as_keras_data(data_arg, batch_size=batch_size, shuffle=False, sample_weight=sample_weight)
+            logs = self._evaluate_compiled(kd, self._weighted_io(self._prepare(kd), kd, None), steps)
         if verbose:
             logger.info("KerasModel.evaluate: %s", " - ".join(f"{k}: {v:.4f}" for k, v in logs.items()))
         if return_dict:
             return logs
-        return _keras_result(logs, compiled_order=not own)
+        return _keras_result(logs, self.model)
 
-    def _evaluate_stats(self, data_arg, batch_size: Optional[int], steps: Optional[int], sample_weight) -> dict:
-        """``{statistic: mean}`` over the data (KerasModel's own compiled loss and metrics)."""
-        if isinstance(data_arg, InputSource):
-            raise TypeError("evaluate needs data it can read in Python (arrays, a DataFlow, a tf.data.Dataset), "
-                            f"not a {type(data_arg).__name__}.")
-        kd = as_keras_data(data_arg, batch_size=batch_size, shuffle=False, sample_weight=sample_weight)
-        io = self._weighted_io(self._prepare(kd), kd, None)
-        desc = self._make_desc(io)
-        signature = desc.inputs()
-        names = desc.stat_names
-
-        @tf.function(input_signature=signature)
-        def batch_stats(*tensors):
-            loss, stats, _ = desc.compute(tensors, training=False)
-            return [loss] + [stats[n] for n in names[1:]]
-
-        # each batch weighted by its size; the per-output losses unweighted, as Keras averages them
-        per_batch = np.array([n in desc.per_batch_stats for n in names])
-        sums = np.zeros(len(names))
-        count = np.zeros(len(names))
-        flow = kd.flat_dataflow(_flattener(io), with_share=True)
+    def _evaluate_compiled(self, kd, io: ModelIO, steps: Optional[int] = None,
+                           strategy: Optional[tf.distribute.Strategy] = None) -> dict:
+        """``{metric: result}`` of Keras's ``test_step`` over the batches of ``kd`` (the first
+        ``steps``), the model's metrics reset first; with several replicas (fit's validation) each
+        replica runs its part of each batch and the results are read across them, as ``fit``'s."""
+        model = self.model
+        strategy = strategy or tf.distribute.get_strategy()
+        replicas = strategy.num_replicas_in_sync
+        step = _test_function(model, io, strategy)
+        signature = io.signature
+        n_inputs = len(io.input_specs)
+        model.reset_metrics()
+        flow = kd.flat_dataflow(_flattener(io))
         flow.reset_state()
-        for i, dp in enumerate(flow):
-            if steps is not None and i >= steps:
-                break
-            values = batch_stats(*[_to_spec(c, s, k, len(io.input_specs))
-                                   for k, (c, s) in enumerate(zip(dp, signature))])
-            weight = np.where(per_batch, 1.0, float(len(dp[0])))
-            sums += np.array([float(v) for v in values]) * weight
-            count += weight
-        if not count.any():
+        batches, skipped = 0, 0
+        for dp in itertools.islice(flow, steps):   # (islice reads no batch past the last)
+            batches += 1
+            if replicas > 1 and len(dp[0]) < replicas:
+                skipped += len(dp[0])
+                continue
+            step(*[_to_spec(c, spec, k, n_inputs) for k, (c, spec) in enumerate(zip(dp, signature))])
+        if not batches:
             raise ValueError("evaluate: the data produced no batch.")
-        means = {n: float(s / c) for n, s, c in zip(names, sums, count)}
-        # Keras 3's order (Model.metrics): the loss, the per-output losses, compile's metrics, those
-        # sorted by name for several outputs (its logs name them <output>_<metric>, its metric
-        # objects do not, so it lists them among the names it did not match, sorted)
-        losses = [n for n in names[1:] if n in desc.per_batch_stats]
-        rest = [n for n in names[1:] if n not in desc.per_batch_stats]
-        multi = len(self._objectives.output_names) > 1
-        return {n: means[n] for n in [names[0]] + losses + (sorted(rest) if multi else rest)}
+        if skipped:
+            logger.warn("KerasModel: %d validation sample(s) of a batch smaller than the %d replicas were left out.",
+                        skipped, replicas)
+        return {str(k): float(np.asarray(v)) for k, v in _flat_logs(model.get_metrics_result()).items()}
 
     def _evaluate_with_keras(self, data, batch_size: Optional[int], steps: Optional[int],
                              sample_weight=None) -> dict:
@@ -175,31 +166,37 @@ def _to_spec(c, spec: tf.TensorSpec, index: int, n_inputs: int) -> tf.Tensor:
     return tf.convert_to_tensor(arr, dtype=spec.dtype)
 
 
-def _keras_result(logs: dict, compiled_order: bool = True):
-    """``keras.Model.evaluate``'s return: the loss alone, or a list in Keras 3's order: of compile's
-    statistics (``compiled_order``), the order of ``logs`` (:meth:`KerasEvaluation._evaluate_stats`
-    puts them in it); of a model's own ``test_step``, the loss, its other metrics, then the ``*_loss``."""
-    if compiled_order:
-        names = list(logs)
-    else:
-        names = ["loss"] + [n for n in logs if n != "loss" and not n.endswith("_loss")] + \
-            [n for n in logs if n != "loss" and n.endswith("_loss")]
-    values = [logs[n] for n in names if n in logs]
+def _keras_result(logs: dict, model):
+    """``keras.Model.evaluate``'s return: the loss alone, or a list in Keras 3's order: the names of
+    ``model.metrics`` (compile's metrics each by its own name), then the other logs sorted by name."""
+    names = []
+    for metric in model.metrics:
+        subs = getattr(metric, "metrics", None) if type(metric).__name__ == "CompileMetrics" else None
+        names += [m.name for m in subs] if subs is not None else [metric.name]
+    values = [logs[n] for n in names if n in logs] + [logs[k] for k in sorted(logs) if k not in names]
     return values[0] if len(values) == 1 else values
 
 
-class _ValidationStats(ScalarStats):
-    """``val_<statistic>``: each batch weighted by its size, the per-output losses unweighted, as
-    Keras averages them."""
+def _test_function(model, io: ModelIO, strategy: tf.distribute.Strategy):
+    """A ``tf.function`` of one Keras ``test_step`` on a flat batch of ``io``: under ``strategy``
+    with several replicas, each runs its contiguous part of the batch (its metrics sum them)."""
+    def replica(flat):
+        ctx = tf.distribute.get_replica_context()
+        n = ctx.num_replicas_in_sync
+        clear_model_losses(model)   # add_loss losses of another trace
+        if n == 1:
+            model.test_step(pack_batch(io, flat))
+            return
+        i = ctx.replica_id_in_sync_group
+        size = tf.shape(flat[0])[0]
+        lo, hi = size * i // n, size * (i + 1) // n
+        with keras_forward_losses_unscaled(model):
+            model.test_step(pack_batch(io, [t[lo:hi] for t in flat]))
 
-    def __init__(self, desc):
-        super().__init__(desc.stat_names, prefix="val")
-        self._per_batch = [n in desc.per_batch_stats for n in desc.stat_names]
-
-    def _scalar_weight(self, index: int) -> float:
-        return 1.0 if self._per_batch[index] else super()._scalar_weight(index)
-
-
-def _validation_runner(desc, val_flow) -> Optional[InferenceRunner]:
-    """The runner of ``val_flow`` through the desc's inference tower (``val_<statistic>``)."""
-    return None if val_flow is None else InferenceRunner(val_flow, _ValidationStats(desc))
+    @tf.function(input_signature=io.signature)
+    def step(*flat):
+        if strategy.num_replicas_in_sync > 1:
+            strategy.run(replica, args=(list(flat),))
+        else:
+            replica(list(flat))
+    return step

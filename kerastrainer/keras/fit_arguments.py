@@ -96,16 +96,14 @@ def _checked_compile_kwargs(kwargs: dict) -> dict:
 
 
 def _compile_keras_model(model: keras.Model, optimizer, loss, metrics, loss_weights, kwargs: dict) -> None:
-    """``model.compile`` with KerasModel's objects; a form Keras refuses (tensorpack's bare metric
-    name is made a list first) leaves the model uncompiled, with a warning naming it."""
+    """``model.compile`` with KerasModel's objects (tensorpack's bare metric name made a list):
+    the compiled model's ``train_step`` is what ``fit`` runs, so a form Keras refuses is an error."""
     if metrics is not None and not isinstance(metrics, (list, tuple, dict)):
         metrics = [metrics]
     try:
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics, loss_weights=loss_weights, **kwargs)
     except (ValueError, TypeError) as e:
-        logger.warn("KerasModel.compile: the Keras model itself could not be compiled with these arguments (%s); "
-                    "KerasModel trains it, but model.evaluate / model.fit / the optimizer in model.save need "
-                    "model.compile(...).", e)
+        raise type(e)(f"KerasModel.compile: keras.Model.compile refuses these arguments: {e}") from e
 
 
 def _check_verbose(verbose) -> int:

@@ -3,8 +3,9 @@
 The model is the user's ``keras.Model``: it is trained in place, so afterwards
 ``model.save('x.keras')``, ``model.predict`` and ``keras.models.load_model`` work
 as after ``keras.Model.fit``. Behind ``fit``, the compiled model becomes a
-:class:`~kerastrainer.keras.adapter.KerasModelDesc` and runs on any trainer
-(``SimpleTrainer`` by default, ``SyncMultiGPUTrainerReplicated(n)`` for several
+:class:`~kerastrainer.keras.model_desc.KerasModelDesc`, whose step is the model's own
+``train_step`` (compile's losses and Keras's metrics, as ``keras.Model.fit`` computes them), and runs
+on any trainer (``SimpleTrainer`` by default, ``SyncMultiGPUTrainerReplicated(n)`` for several
 devices): the multi-step ``tf.function``, the in-graph input queue, kerastrainer
 callbacks and monitors, checkpoints.
 
@@ -68,20 +69,19 @@ from ..train.config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, TrainConfig
 from ..train.interface import launch_train_with_config, staged_on_gpus
 from ..train.trainers import SimpleTrainer
 from ..utils import logger
-from .adapter import KerasModelDesc
+from .compile_spec import CompileSpec
 from .desc_base import KerasDescBase
 from .callbacks import KerasCallback, KerasTestHooks, backup_initial_epoch, wrap_keras_callbacks
-from .data import SHARE_SPEC, KerasData, SpecSample, _FirstBatches, _FlatBatches, as_keras_data
-from .evaluation import KerasEvaluation, _flattener, _validation_runner
-from .first_batch import (first_sample_batch, keras_inputs, output_names, probe_batch, split_xy, takes_inputs,
+from .data import SHARE_SPEC, KerasData, SpecSample, _FlatBatches, as_keras_data
+from .evaluation import KerasEvaluation, _flattener
+from .first_batch import (keras_inputs, output_names, probe_batch, split_xy, takes_inputs,
                           without_weights, zeros_like_specs)
 from .fit_arguments import (_KERAS_EPOCHS, _check_validation, _check_verbose, _checked_compile_kwargs,  # noqa: F401
                             _compile_keras_model, _default_callbacks, _default_monitors, _every_validation_epoch,
                             _shard, _starting_epoch, _weighted_data, _worker_rank_size)
-from .layer_metrics import LayerMetricLogs, ModelMetricLogs, layer_metrics
-from .objectives import Objectives
-from .own_step import KerasOwnStepDesc, model_optimizers, overridden, runs_own_step
-from .own_validation import OwnStepValidation
+from .metric_logs import ModelMetricLogs
+from .model_desc import KerasModelDesc, model_optimizers, overridden, runs_own_step
+from .validation import KerasValidation
 from .structure import KerasSignatureError, ModelIO, _is_weighted_point, as_spec_list
 from .variables import place_off_strategy, rekey_optimizer
 
@@ -147,7 +147,7 @@ class KerasModel(KerasEvaluation):
         self._own_step_compiled = False
         self._jit_compile: Union[bool, str] = "auto"
         self._optimizer = None
-        self._objectives = None
+        self._spec: Optional[CompileSpec] = None
         self._io = None
         self.trainer: Optional[Trainer] = None
         self.history: Optional[keras.callbacks.History] = None
@@ -166,7 +166,7 @@ class KerasModel(KerasEvaluation):
             self._own_step_compiled = True
             self._jit_compile = jit_compile
             self._compile_args = {}
-            self._objectives = None
+            self._spec = None
             self._io = None
             return
         if overridden(self.model, "test_step"):
@@ -204,12 +204,15 @@ class KerasModel(KerasEvaluation):
         if not isinstance(opt, keras.optimizers.Optimizer):
             raise TypeError(f"compile(optimizer=...) needs a Keras optimizer or its name; got {type(optimizer).__name__}.")
         keras_kwargs = _checked_compile_kwargs(keras_kwargs)
-        if compile_keras:  # the user's model stays a compiled Keras model, with the same objects
+        if isinstance(metrics, str):   # tensorpack's bare metric name
+            metrics = [metrics]
+        if compile_keras:  # the model is compiled with these objects: its train_step is what fit runs
             _compile_keras_model(self.model, opt, loss, metrics, loss_weights, keras_kwargs)
         self._optimizer = opt
         self._compile_args = dict(loss=loss, metrics=metrics, loss_weights=loss_weights)
+        self._keras_compile_kwargs = keras_kwargs
         self._jit_compile = jit_compile
-        self._objectives = None
+        self._spec = None
         self._io = None
 
     def _adopt_keras_compile(self) -> None:
@@ -256,22 +259,21 @@ class KerasModel(KerasEvaluation):
         except (ValueError, TypeError) as e:
             raise KerasSignatureError(f"The model cannot be called on the data's inputs: {e}") from e
         out_names, out_kind = output_names(model, y_pred)
-        objectives = Objectives(output_names=out_names, **self._compile_args)
-        if not objectives.has_output_loss and not model.losses:  # the probe's call ran the add_loss calls
+        spec = CompileSpec(output_names=out_names, **self._compile_args)
+        if not spec.has_output_loss and not model.losses:  # the probe's call ran the add_loss calls
             raise ValueError(f"No loss to compute: compile(loss=...) gives no loss for the outputs {out_names} "
                              "and the model adds none (add_loss in a layer's call). Give compile a loss.")
-        io = ModelIO.from_model(model, x, y, out_names, out_kind, objectives.needs_target,
+        io = ModelIO.from_model(model, x, y, out_names, out_kind, spec.needs_target,
                                 self.input_signature, self.target_signature)
-        y_flat = io._flat_y(y)
-        y_true = {o: tf.convert_to_tensor(first_sample_batch(t), dtype=s.dtype)
-                  for o, t, s in zip(io.target_outputs, y_flat, io.target_specs)}
-        objectives.resolve(y_true, io.outputs_by_name(y_pred))
-        self._objectives, self._io = objectives, io
+        if spec.keras_metrics() is not self._compile_args["metrics"]:
+            # Keras 3 takes one list per output: the Keras-2 form (every metric on every output) made so
+            _compile_keras_model(model, model.optimizer, self._compile_args["loss"], spec.keras_metrics(),
+                                 self._compile_args["loss_weights"], getattr(self, "_keras_compile_kwargs", {}))
+        self._spec, self._io = spec, io
         return io
 
     def _make_desc(self, io: Optional[ModelIO] = None, global_batch: bool = True) -> KerasModelDesc:
-        return KerasModelDesc(self.model, io or self._io, self._objectives, self._optimizer,
-                              global_batch=global_batch)
+        return KerasModelDesc(self.model, io=io or self._io, global_batch=global_batch)
 
     def _new_trainer(self) -> Trainer:
         if self._fresh_trainer is not None:
@@ -413,16 +415,8 @@ class KerasModel(KerasEvaluation):
             run["steps_per_epoch"] = steps
         desc = self._make_desc(io)
         validation = None
-        if val is not None and layer_metrics(self.model) and _worker_rank_size(trainer)[1] == 1:
-            # the metrics of the model's layers update in its call: Keras's test_step gives their val_
-            # values beside the loss and compile's metrics (a predictor keeps only what its outputs need)
-            validation = OwnStepValidation(self.model, self._evaluate_with_keras, validation_data,
-                                           validation_batch_size or batch_size, validation_steps)
-        elif val is not None:
-            val_flow = val.flat_dataflow(flatten, with_share=True)
-            if validation_steps is not None:
-                val_flow = _FirstBatches(val_flow, validation_steps)
-            validation = _validation_runner(desc, val_flow)
+        if val is not None:
+            validation = KerasValidation(lambda strategy: self._evaluate_compiled(val, io, validation_steps, strategy))
         return self._launch(trainer, desc, source, validation, **run)
 
     def _read_positional(self, x, y, input_kw, validation_data):  # noqa: A002
@@ -465,8 +459,8 @@ class KerasModel(KerasEvaluation):
 
     def _fit_own_step(self, trainer, data: KerasData, validation_data, val_batch_size, validation_steps,
                       worker=(0, 1), **run) -> keras.callbacks.History:
-        """A model that runs its own ``train_step`` (see :mod:`.own_step`); its ``test_step`` validates
-        (:mod:`.own_validation`)."""
+        """A model that runs its own ``train_step`` on the data as given (see :mod:`.model_desc`); its
+        own ``evaluate`` validates (:mod:`.validation`)."""
         model = self.model
         if not self._own_step_compiled:
             raise RuntimeError(f"{type(model).__name__} runs its own train_step: call KerasModel.compile(...) (its "
@@ -479,10 +473,10 @@ class KerasModel(KerasEvaluation):
                     "train_step, on several workers is not supported: its test_step's metrics would be read "
                     "across the workers at every batch. Validate with KerasModel.evaluate(data) after fit, or "
                     "on one worker.")
-            validation = OwnStepValidation(model, self._evaluate_with_keras, validation_data, val_batch_size,
-                                           validation_steps)
+            validation = KerasValidation(
+                lambda strategy: self._evaluate_with_keras(validation_data, val_batch_size, validation_steps), model)
         # (an unbuilt model builds in the trainer's first trace of its step, on the trainer's strategy)
-        desc = KerasOwnStepDesc(model, data.step_first)
+        desc = KerasModelDesc(model, first=data.step_first)
         source, steps = data.make_input(desc.flatten, self._replicas(trainer), worker, run["steps_per_epoch"])
         if run["steps_per_epoch"] is None:
             if steps is None:
@@ -496,49 +490,39 @@ class KerasModel(KerasEvaluation):
                           validation_steps=None, **run):
         """tensorpack's contract: the InputSource feeds each replica its own flat batch."""
         self._prepare(None)
-        desc = self._make_desc(self._io, global_batch=False)
-        val_flow = None
+        io = self._io
+        desc = self._make_desc(io, global_batch=False)
+        validation = None
         if validation_data is not None:
             if isinstance(validation_data, InputSource):
                 raise TypeError("validation_data must be data (a DataFlow, arrays, a tf.data.Dataset), not an "
-                                "InputSource: InferenceRunner reads it in Python.")
+                                "InputSource: the validation reads it in Python.")
             val = as_keras_data(validation_data, batch_size=val_batch_size, shuffle=False)
-            val_flow = val.flat_dataflow(_flattener(self._io))
-            if validation_steps is not None:
-                val_flow = _FirstBatches(val_flow, validation_steps)
+            validation = KerasValidation(lambda strategy: self._evaluate_compiled(val, io, validation_steps, strategy))
         # steps_per_epoch None: TrainConfig takes the InputSource's size per tower
-        return self._launch(trainer, desc, source, _validation_runner(desc, val_flow), **run)
+        return self._launch(trainer, desc, source, validation, **run)
 
     def _launch(self, trainer, desc, source, validation, steps_per_epoch, max_epoch, callbacks, session_init,
                 starting_epoch, extra_callbacks, monitors, verbose: int = 0,
                 validation_freq=1) -> keras.callbacks.History:
         """Train ``desc`` on ``source``; ``validation`` is the callback validating at an epoch's end."""
         replicas = self._replicas(trainer) * _worker_rank_size(trainer)[1]
-        metrics = [n for ms in self._objectives.metrics.values() for n, _ in ms] if self._objectives else []
-        if replicas > 1 and metrics:  # the monitors' step values are the main tower's; History's are not
+        metrics = self._spec.metric_names if self._spec is not None else []
+        if replicas > 1 and metrics:  # the step's values are the main replica's; History's are not
             logger.info("KerasModel.fit: History's training metrics %s cover every replica's part of each batch; "
                         "the progress bar and monitors show the first replica's (1 of %d replicas).",
                         metrics, replicas)
         cbs: List = []
         history = keras.callbacks.History()
         user = wrap_keras_callbacks(callbacks, self.model, verbose=verbose)
-        # the epoch's metrics read before validation resets or runs them, as fit reads them: a model's
-        # own step's (every replica's and worker's), or the metrics of keras-io's endpoint layers
-        reader = None
-        if not isinstance(desc, KerasModelDesc):
-            reader = ModelMetricLogs(self.model)
-        elif layer_metrics(self.model):
-            reader = LayerMetricLogs(layer_metrics(self.model))
-            if isinstance(validation, InferenceRunner):
-                logger.info("KerasModel.fit: the metrics %s of the model's layers are reported for training only "
-                            "on several workers (no val_ values).", [m.name for m in reader.metrics])
-        extra_logs = None
-        if reader is not None:
-            cbs.append(reader)
-            extra_logs = reader.logs
-            for c in user:
-                if isinstance(c, KerasCallback):
-                    c.extra_logs = extra_logs
+        # the epoch's logs are the model's metrics (every replica's and worker's), reset at its start and
+        # read at its end before validation resets or runs them, as fit reads them
+        reader = ModelMetricLogs(self.model)
+        cbs.append(reader)
+        extra_logs = reader.logs
+        for c in user:
+            if isinstance(c, KerasCallback):
+                c.extra_logs = extra_logs
         if validation is not None:
             # Keras's on_test_begin / on_test_end around the validation (SwapEMAWeights validates the EMA)
             cbs += [_every_validation_epoch(c, validation_freq)

@@ -134,6 +134,8 @@ class OwnUpdates:
     trainer applies no update; it runs the tower each step, saves these optimizers' state in
     checkpoints (``optimizer/<name>/...``) and lets callbacks set their learning rates
     (``'<name>/learning_rate'``). ``build_graph`` returns a dict of the step's statistics.
+    ``single=True`` with one optimizer: it is the model's one optimizer, saved under ``optimizer/``
+    and set as ``'learning_rate'``, as a model's ``optimizer()`` returning it would be.
 
     Example (what ``KerasModel`` does for a model whose class overrides ``train_step``)::
 
@@ -141,14 +143,17 @@ class OwnUpdates:
             return OwnUpdates({'d_optimizer': gan.d_optimizer, 'g_optimizer': gan.g_optimizer})
     """
 
-    def __init__(self, optimizers: Dict[str, object]):
+    def __init__(self, optimizers: Dict[str, object], single: bool = False):
         if not optimizers:
             raise ValueError("OwnUpdates: the tower updates its variables with no optimizer; give the "
                              "optimizers it uses ({name: optimizer}).")
         bad = [n for n in optimizers if not isinstance(n, str) or not _NAME.fullmatch(n)]
         if bad:
             raise ValueError(f"OwnUpdates: optimizer names {bad!r} must be letters, digits, '_', '.' or '-'.")
+        if single and len(optimizers) != 1:
+            raise ValueError(f"OwnUpdates(single=True) takes one optimizer; got {sorted(optimizers)}.")
         self.optimizers = dict(optimizers)
+        self.single = bool(single)
 
 
 def is_objective_list(value) -> bool:

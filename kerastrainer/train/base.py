@@ -192,8 +192,9 @@ class Trainer(TrainerView):
         one_device = self.num_replicas == 1 and (self.strategy is tf.distribute.get_strategy()
                                                  or isinstance(self.strategy, tf.distribute.OneDeviceStrategy))
         self.xla.choose_region(one_device=one_device, own_reduce=self._own_gradient_reduction())
-        if self.outputs_are_latest:
-            # its optimizers merge the replicas' gradients inside the step, where XLA cannot go
+        if self.outputs_are_latest and not (one_device and self.objectives[0].implicit):
+            # its optimizers merge the replicas' gradients inside the step, where XLA cannot go (on one
+            # device compile's step is compiled whole, as keras.Model.fit compiles it)
             self.xla.disable("the model updates its variables itself (its own train step)")
         spec = StepSpec(strategy=self.strategy, num_replicas=self.num_replicas, objectives=self.objectives,
                         tower=self.tower_func, source=self.input, average=self.average,

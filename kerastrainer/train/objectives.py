@@ -62,7 +62,7 @@ def resolve_objectives(model, opt, cost_names: Optional[List[str]], named_traina
             if not isinstance(o, keras.optimizers.Optimizer):
                 raise TypeError(f"{owner}: optimizer '{name}' of the step is a {type(o).__name__}, not a Keras "
                                 "optimizer.")
-            out.append(StepObjective(name, None, o, [], applied=False))
+            out.append(StepObjective(name, None, o, [], applied=False, implicit=opt.single))
         return out
     if not is_objective_list(opt):
         if cost_names is not None:

@@ -53,7 +53,6 @@ import numpy as np
 
 from ...callbacks.base import Callback, StopTraining
 from ...utils.cluster import is_chief
-from ..adapter import KERAS_SUMS_PREFIX, epoch_means
 
 __all__ = ["KerasCallback", "KerasTestHooks", "wrap_keras_callbacks", "backup_initial_epoch"]
 
@@ -190,12 +189,8 @@ class KerasCallback(Callback):
             return {k: float(v) for k, v in (self.trainer.last_step_outputs or {}).items() if not k.startswith("_")}
         n = max(self._steps, 1)
         logs = {k: v / n for k, v in self._sums.items() if not k.startswith("_")}
-        # a KerasModel's statistics: each batch weighted by its size, as Keras's running means
-        weighted = epoch_means(self._sums)
-        logs.update(weighted)
         if "cost" in logs:
-            if "loss" not in weighted:
-                logs["loss"] = logs["cost"]
+            logs.setdefault("loss", logs["cost"])
             if self.keras_model is not None:  # a KerasModel: Keras' log names only
                 del logs["cost"]
         return logs
@@ -254,7 +249,7 @@ class KerasCallback(Callback):
         t = self.trainer
         k = max(int(t.last_call_steps or 1), 1)
         for name, value in (t.last_step_outputs or {}).items():
-            if not name.startswith("_") or name.startswith(KERAS_SUMS_PREFIX):
+            if not name.startswith("_"):
                 self._sums[name] = self._sums.get(name, 0.0) + float(value) * k
         self._steps += k
         if self._restore_only:

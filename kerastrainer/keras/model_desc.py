@@ -1,45 +1,53 @@
-"""A Keras model that defines its own training step: its class overrides ``train_step`` (keras-io's
-"customizing what happens in fit": a GAN with two optimizers, a loss computed by hand), or the
-``compute_loss`` / ``compute_metrics`` that Keras's own ``train_step`` calls.
+"""KerasModelDesc: a whole Keras model seen by the trainers as a ``ModelDesc`` whose tower is one call
+of the model's own ``train_step``.
 
-This module owns running such a step in a kerastrainer trainer. ``KerasModel`` hands the model
-over as :class:`KerasOwnStepDesc`, a ModelDesc whose tower is one call of the model's
-``train_step`` on the replica's batch; the trainer runs it each step inside its strategy (several
-steps per call, every replica), applies no update of its own (the step's optimizers do, as in
-``keras.Model.fit``: each optimizer sums the replicas' gradients; a Keras loss is scaled by the
-replica's share of the global batch, 1/N for an even split as Keras divides it), reports the dict
-the step returns, and saves every optimizer the model holds (``optimizer/<attribute>/...``);
-``ModelMetricLogs`` resets the model's metrics at the start of each epoch and reads them at its
-end, as ``fit`` does. Data reach ``train_step`` in the structure the data have (``(x, y)``,
-``(x, y, sample_weight)``; for ``fit(x)`` without ``y``, ``x`` itself where Keras hands over ``x``:
-an array or a dict, not ``(x,)``), each replica its part of the global batch.
+Every Keras model trains through Keras's step: compile's losses and Keras's stateful metrics for a
+model compiled with them, or what a model's class computes when it overrides ``train_step``,
+``compute_loss`` or ``compute_metrics`` (keras-io's "customizing what happens in fit": a GAN with
+two optimizers). The trainer runs the step inside its strategy (several steps per call, every
+replica) and applies no update of its own: the step's optimizers do, as in ``keras.Model.fit``
+(each optimizer sums the replicas' gradients; a Keras loss is scaled by the replica's share of the
+global batch, 1/N for an even split as Keras divides it). The step's dict is reported each step;
+the epoch's logs are the metrics' results read across replicas and workers at its end
+(:class:`~kerastrainer.keras.metric_logs.ModelMetricLogs`), as ``fit`` reads them.
 
-Left to others: the standard path (compile's loss and metrics computed by kerastrainer:
-:mod:`.adapter`), the data forms (:mod:`.data`), placing variables on a strategy
-(:mod:`.variables`).
+The batches reach ``train_step`` in one of two forms:
 
-Example (what ``KerasModel.fit`` does for such a model)::
+- **described** (``io=``, a model compiled with compile's loss and metrics): flat
+  ``[inputs..., targets..., (weights...)]`` in the model's dtypes (a
+  :class:`~kerastrainer.keras.structure.ModelIO`: errors name the input or target at fault, a cast
+  that would change a value raises), packed into ``(x, y)`` or ``(x, y, sample_weight)`` in the
+  structures the model's inputs and outputs have;
+- **as given** (``first=``, a model with its own step): in the structure the data have (``(x, y)``,
+  ``(x, y, sample_weight)``, or ``x`` itself for ``fit(x)``), what the step unpacks is its own.
 
-    desc = KerasOwnStepDesc(gan, data.first)
+Left to others: the data forms (:mod:`.data`), placing variables on a strategy (:mod:`.variables`),
+validation and ``evaluate`` (:mod:`.evaluation`).
+
+Example (what ``KerasModel.fit`` does)::
+
+    desc = KerasModelDesc(model, io=io)            # or KerasModelDesc(gan, first=data.step_first)
     launch_train_with_config(TrainConfig(model=desc, data=source, ...), trainer)
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from .._internals import clear_model_losses, keras_losses_scaled_by
+from .._internals import clear_model_losses, keras_forward_losses_unscaled, keras_losses_scaled_by
 from ..tfutils.objective import OwnUpdates
 from ..tfutils.tower_func import ModelVariables
 from ..utils import logger
 from .data import SHARE_SPEC, SpecSample
 from .desc_base import KerasDescBase
+from .structure import ModelIO
 from .variables import unique_variables
 
-__all__ = ["OWN_STEP_METHODS", "runs_own_step", "overridden", "KerasOwnStepDesc", "model_optimizers"]
+__all__ = ["KerasModelDesc", "OWN_STEP_METHODS", "runs_own_step", "overridden", "model_optimizers",
+           "pack_batch"]
 
 # keras.Model methods whose override changes what a training step computes
 OWN_STEP_METHODS = ("train_step", "compute_loss", "compute_metrics")
@@ -51,7 +59,7 @@ def overridden(model: keras.Model, method: str) -> bool:
 
 
 def runs_own_step(model: keras.Model) -> bool:
-    """The model's step is not compile()'s loss and metrics alone: run its ``train_step``."""
+    """The model's step is not compile()'s loss and metrics alone: its class computes it."""
     return any(overridden(model, m) for m in OWN_STEP_METHODS)
 
 
@@ -96,36 +104,90 @@ def _flat_logs(logs: dict) -> dict:
     return out
 
 
-class KerasOwnStepDesc(KerasDescBase):
-    """The ModelDesc of a Keras model that runs its own ``train_step`` (see the module doc).
+def _per_output(io: ModelIO, flat: list, filler):
+    """One value per output in the structure of the model's outputs (a single tensor, a list, a dict);
+    an output with no target gets ``filler`` (its loss and metrics are None: Keras never reads it)."""
+    if not flat:
+        return None
+    by_output = dict(zip(io.target_outputs, flat))
+    if len(io.output_names) == 1:
+        return flat[0]
+    if io.output_kind == "dict":
+        return by_output
+    return [by_output[o] if o in by_output else filler for o in io.output_names]
+
+
+def pack_batch(io: ModelIO, flat):
+    """``(x, y)`` or ``(x, y, sample_weight)`` as ``keras.Model.fit`` hands them to ``train_step``,
+    from the flat ``[inputs..., targets..., (weights...)]`` of ``io``; ``(x,)`` without targets."""
+    flat = list(flat)
+    n_in, n_t = len(io.input_specs), len(io.target_outputs)
+    x = io.pack_inputs(flat[:n_in])
+    if not n_t:
+        return (x,)   # (a list x alone would read as (x, y))
+    filler = tf.zeros(tf.shape(flat[0])[:1], tf.float32)
+    y = _per_output(io, flat[n_in:n_in + n_t], filler)
+    if not io.weighted:
+        return x, y
+    return x, y, _per_output(io, flat[n_in + n_t:n_in + 2 * n_t], tf.ones_like(filler))
+
+
+class KerasModelDesc(KerasDescBase):
+    """The ModelDesc of a compiled Keras model: its tower is one ``train_step`` (see the module doc).
 
     Args:
-        model: the ``keras.Model`` (compiled with its own ``compile``), built.
-        first: one batch of the data, in the structure ``train_step`` receives.
+        model: the ``keras.Model``, compiled (by ``KerasModel.compile``, ``model.compile`` or its own
+            ``compile``).
+        io: the model's flat inputs and targets: batches are flat ``io.signature`` lists.
+        first: or one batch of the data, in the structure ``train_step`` receives.
+        global_batch: the batches end with the replica's share of the global batch (``KerasModel``'s
+            own data); False: each replica's batch is a whole one (an ``InputSource``, tensorpack's
+            contract).
+
+    Example::
+
+        desc = KerasModelDesc(model, io=io)
+        launch_train_with_config(TrainConfig(model=desc, data=source, steps_per_epoch=100), SimpleTrainer())
     """
 
-    def __init__(self, model: keras.Model, first):
+    def __init__(self, model: keras.Model, io: Optional[ModelIO] = None, first=None, global_batch: bool = True):
         super().__init__(model)
-        self._structure = _as_tuple(tf.nest.map_structure(lambda a: 0, first))
-        self._specs = [_leaf_spec(a, i) for i, a in enumerate(tf.nest.flatten(first))]
+        if (io is None) == (first is None):
+            raise ValueError("KerasModelDesc needs io= (flat batches described by the model) or first= (a batch "
+                             "in the structure train_step receives), one of them.")
+        self._io = io
+        if io is None:
+            self._structure = _as_tuple(tf.nest.map_structure(lambda a: 0, first))
+            self._specs = [_leaf_spec(a, i) for i, a in enumerate(tf.nest.flatten(first))]
+        else:
+            self._structure = None
+            self._specs = list(io.signature)
+        self._global_batch = bool(global_batch)
         self._dropped: List[str] = []
         if not model_optimizers(model):
-            raise ValueError(f"KerasModel: {type(model).__name__} runs its own train_step but holds no Keras "
-                             "optimizer: call KerasModel.compile(...) (it passes its arguments to the model's "
-                             "compile) before fit.")
+            raise ValueError(f"KerasModel: {type(model).__name__} holds no Keras optimizer to train with: call "
+                             "KerasModel.compile(...) (or the model's own compile) before fit.")
+
+    @property
+    def io(self) -> Optional[ModelIO]:
+        return self._io
 
     def inputs(self) -> List[tf.TensorSpec]:
-        # each replica's part ends with its share of the global batch (KerasData.make_input): the
-        # step's Keras losses are scaled by it (_replica_step)
-        return list(self._specs) + [SHARE_SPEC]
+        return list(self._specs) + ([SHARE_SPEC] if self._global_batch else [])
 
     def flatten(self, datapoint) -> list:
-        """The flat components of one batch (the order of :meth:`inputs`)."""
+        """The flat components of one batch as given (the order of :meth:`inputs`)."""
         return tf.nest.flatten(datapoint)
 
+    def pack(self, flat):
+        """What ``train_step`` receives, from the flat components of one batch."""
+        if self._io is not None:
+            return pack_batch(self._io, flat)
+        return tf.nest.pack_sequence_as(self._structure, list(flat))
+
     def build_graph(self, *tensors):
-        data = tf.nest.pack_sequence_as(self._structure, list(tensors[:len(self._specs)]))
-        share = tensors[len(self._specs)]
+        data = self.pack(tensors[:len(self._specs)])
+        share = tensors[len(self._specs)] if self._global_batch else None
         strategy = tf.distribute.get_strategy()
         if tf.distribute.in_cross_replica_context() and strategy.num_replicas_in_sync > 1:
             # the trainer's first trace (it makes the variables) runs in cross-replica context, where
@@ -160,14 +222,16 @@ class KerasOwnStepDesc(KerasDescBase):
         # Keras clears add_loss losses only when the model is the outermost call; in the tower it is
         # not, so the losses of the last trace (another graph) would be read by compute_loss
         clear_model_losses(self._keras_model)
-        with keras_losses_scaled_by(share / replicas if replicas > 1 else 1):
+        if replicas == 1:
+            return self._keras_model.train_step(data)
+        scale = share / replicas if share is not None else 1 / replicas
+        with keras_losses_scaled_by(scale), keras_forward_losses_unscaled(self._keras_model):
             return self._keras_model.train_step(data)
 
     def optimizer(self):
-        return OwnUpdates(self.get_keras_optimizers())
-
-    def get_keras_optimizers(self) -> Dict[str, keras.optimizers.Optimizer]:
-        return model_optimizers(self._keras_model)
+        # compile's one optimizer is saved and scheduled as a model's one optimizer is
+        optimizers = model_optimizers(self._keras_model)
+        return OwnUpdates(optimizers, single=self._io is not None and list(optimizers) == ["optimizer"])
 
     def get_optimizer(self):
         return self.optimizer()
