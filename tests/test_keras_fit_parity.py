@@ -533,3 +533,25 @@ def test_auc_and_precision_are_keras_stateful_results_as_under_fit(replicas):
     for name in ("loss", "auc", "precision", "val_loss", "val_auc", "val_precision"):
         _close(h.history[name], h_ref.history[name])
     _same_weights(ref, model)
+
+
+def test_weighted_metrics_are_keras_weighted_metrics_as_under_fit():
+    """compile(weighted_metrics=...) is Keras's own: weighted by sample_weight, beside the same metric
+    unweighted, training and validation; a model compiled by Keras with them trains the same."""
+    rng = np.random.RandomState(6)
+    x, y = rng.randn(48, 4).astype("float32"), rng.randint(0, 3, 48)
+    sw = rng.rand(48).astype("float32") * 2
+    build = lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])  # noqa: E731
+    ref, model = _twins(build)
+    args = dict(loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="w_acc")])
+    ref.compile(keras.optimizers.SGD(0.1), **args)
+    km = KerasModel(model)
+    km.compile(keras.optimizers.SGD(0.1), **args)
+    kw = dict(sample_weight=sw, batch_size=16, epochs=2, shuffle=False, validation_data=(x[:16], y[:16], sw[:16]))
+    h_ref = ref.fit(x, y, verbose=0, **kw)
+    h = km.fit(x, y, **QUIET, **kw)
+    for name in ("loss", "accuracy", "w_acc", "val_loss", "val_accuracy", "val_w_acc"):
+        _close(h.history[name], h_ref.history[name])
+    assert not np.allclose(h.history["w_acc"], h.history["accuracy"])
+    _same_weights(ref, model)

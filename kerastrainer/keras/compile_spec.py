@@ -58,13 +58,15 @@ def _copy_metric(metric):
 class CompileSpec:
     """compile's loss and metrics mapped onto the model's outputs (see the module doc)."""
 
-    def __init__(self, loss, metrics, loss_weights, output_names: List[str]):
+    def __init__(self, loss, metrics, loss_weights, output_names: List[str], weighted_metrics=None):
         self.output_names = list(output_names)
         self.loss_ids = _per_output(loss, self.output_names, "loss")
         if loss_weights is not None:
             _per_output(loss_weights, self.output_names, "loss_weights")
         self._metrics = metrics
         self.metric_ids = self._metric_spec(metrics)
+        weighted = self._metric_spec(weighted_metrics)
+        self.metric_ids = {o: self.metric_ids[o] + weighted[o] for o in self.output_names}
 
     def _broadcast(self, metrics) -> bool:
         """A flat list (or one metric) for several outputs: every metric on every output."""

@@ -80,19 +80,16 @@ _IGNORED_COMPILE_ARGS = ("run_eagerly", "steps_per_execution", "auto_scale_loss"
 
 
 def _checked_compile_kwargs(kwargs: dict) -> dict:
-    """Keras's other ``compile`` arguments: known ones pass to the model's own compile (with a
-    warning that kerastrainer's trainer does not use them); ``weighted_metrics`` raises."""
+    """Keras's other ``compile`` arguments, for the model's own compile: ``weighted_metrics`` (Keras's
+    step computes them); the known others with a warning that kerastrainer's trainer does not use them."""
     unknown = sorted(set(kwargs) - set(_IGNORED_COMPILE_ARGS) - {"weighted_metrics"})
     if unknown:
         raise TypeError(f"KerasModel.compile got unexpected arguments {unknown}.")
-    if kwargs.get("weighted_metrics"):
-        raise NotImplementedError("KerasModel.compile(weighted_metrics=...) is not supported: give metrics= "
-                                  "(unweighted, as Keras's metrics are).")
-    kwargs = {k: v for k, v in kwargs.items() if k != "weighted_metrics"}
-    if kwargs:
+    ignored = sorted(k for k in kwargs if k != "weighted_metrics")
+    if ignored:
         logger.warn("KerasModel.compile: %s only apply to the model's own Keras fit; kerastrainer's trainer "
-                    "runs its own steps per call.", sorted(kwargs))
-    return kwargs
+                    "runs its own steps per call.", ignored)
+    return dict(kwargs)
 
 
 def _compile_keras_model(model: keras.Model, optimizer, loss, metrics, loss_weights, kwargs: dict) -> None:

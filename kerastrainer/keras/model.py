@@ -147,6 +147,7 @@ class KerasModel(KerasEvaluation):
         self._own_step_compiled = False
         self._jit_compile: Union[bool, str] = "auto"
         self._optimizer = None
+        self._keras_compile_kwargs: dict = {}
         self._spec: Optional[CompileSpec] = None
         self._io = None
         self.trainer: Optional[Trainer] = None
@@ -188,7 +189,8 @@ class KerasModel(KerasEvaluation):
         ``model.evaluate``, ``model.fit`` and ``model.save`` (optimizer state included) work.
         Keras's other ``compile`` arguments: ``run_eagerly``, ``steps_per_execution`` and
         ``auto_scale_loss`` are passed to the model's own compile only (kerastrainer's trainer
-        runs its own steps per call) and a warning says so; ``weighted_metrics`` raises.
+        runs its own steps per call) and a warning says so; ``weighted_metrics`` are Keras's (weighted by
+        ``sample_weight`` / ``class_weight``).
 
         Losses and metrics may be Keras objects, functions or strings; a list or dict
         gives one per output. ``loss=None``, as in Keras 3: the model's own losses
@@ -209,7 +211,8 @@ class KerasModel(KerasEvaluation):
         if compile_keras:  # the model is compiled with these objects: its train_step is what fit runs
             _compile_keras_model(self.model, opt, loss, metrics, loss_weights, keras_kwargs)
         self._optimizer = opt
-        self._compile_args = dict(loss=loss, metrics=metrics, loss_weights=loss_weights)
+        self._compile_args = dict(loss=loss, metrics=metrics, loss_weights=loss_weights,
+                                  weighted_metrics=keras_kwargs.get("weighted_metrics"))
         self._keras_compile_kwargs = keras_kwargs
         self._jit_compile = jit_compile
         self._spec = None
@@ -227,11 +230,9 @@ class KerasModel(KerasEvaluation):
         cfg = dict(getattr(getattr(model, "_compile_config", None), "config", None) or {})
         if getattr(model, "optimizer", None) is None:
             return
-        if cfg.get("weighted_metrics"):
-            raise NotImplementedError("The model was compiled with weighted_metrics, which KerasModel does not "
-                                      "compute; compile it with metrics= instead.")
         self._compile_standard(model.optimizer, cfg.get("loss"), cfg.get("metrics"), cfg.get("loss_weights"),
-                               jit_compile="auto", compile_keras=False)
+                               jit_compile="auto", compile_keras=False,
+                               **({"weighted_metrics": cfg["weighted_metrics"]} if cfg.get("weighted_metrics") else {}))
 
     # --- describing the model -----------------------------------------------------------------
     def _prepare(self, data: KerasData) -> ModelIO:
@@ -268,7 +269,7 @@ class KerasModel(KerasEvaluation):
         if spec.keras_metrics() is not self._compile_args["metrics"]:
             # Keras 3 takes one list per output: the Keras-2 form (every metric on every output) made so
             _compile_keras_model(model, model.optimizer, self._compile_args["loss"], spec.keras_metrics(),
-                                 self._compile_args["loss_weights"], getattr(self, "_keras_compile_kwargs", {}))
+                                 self._compile_args["loss_weights"], self._keras_compile_kwargs)
         self._spec, self._io = spec, io
         return io
 
@@ -346,10 +347,11 @@ class KerasModel(KerasEvaluation):
             validation_steps: validate on the first that many batches of ``validation_data``
                 (a generator reads on: the next ones each epoch); default all of it.
 
-        History's training statistics are means over the epoch's samples, each batch weighted
-        by its size, over every replica's part of each batch (Keras's running means); with
-        several replicas the progress bar and monitors show the metrics of the first
-        replica's part (not the loss). ``val_*`` cover the whole validation data.
+        History's training statistics are the model's Keras metrics (compile's loss tracker and
+        metrics, ``weighted_metrics``, its layers'), reset each epoch and read at its end across
+        every replica and worker, as ``keras.Model.fit`` reads them; with several replicas the
+        progress bar and monitors show the first replica's running values. ``val_*`` cover the
+        whole validation data.
 
         Example::
 
