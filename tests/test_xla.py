@@ -168,8 +168,10 @@ def test_keras_model_compile_jit_compile_overrides_the_trainer(towers):
         km.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                    metrics=["accuracy"], jit_compile=jit)
         km.fit(batch_size=32, max_epoch=2, shuffle=False, extra_callbacks=[], monitors=[])
-        assert km.trainer.use_xla is jit
-        assert km.trainer.xla_region == (None if not jit else "step" if towers == 1 else "forward_backward")
+        # Keras's train_step merges the replicas' gradients inside the step: no XLA on several towers
+        assert km.trainer.use_xla is (jit and towers == 1)
+        if towers == 1:
+            assert km.trainer.xla_region == (None if not jit else "step")
         assert km.trainer.step_runner.function.experimental_get_tracing_count() == 1
         runs[jit] = [np.array(v) for v in model.get_weights()]
     for a, b in zip(runs[False], runs[True]):

@@ -39,11 +39,12 @@ import tensorflow as tf
 
 from .._internals import clear_model_losses, keras_forward_losses_unscaled, keras_losses_scaled_by
 from ..tfutils.objective import OwnUpdates
+from ..tfutils.tower import get_current_tower_context
 from ..tfutils.tower_func import ModelVariables
 from ..utils import logger
 from .data import SHARE_SPEC, SpecSample
 from .desc_base import KerasDescBase
-from .structure import ModelIO
+from .structure import ModelIO, _safe_name
 from .variables import unique_variables
 
 __all__ = ["KerasModelDesc", "OWN_STEP_METHODS", "runs_own_step", "overridden", "model_optimizers",
@@ -187,6 +188,9 @@ class KerasModelDesc(KerasDescBase):
 
     def build_graph(self, *tensors):
         data = self.pack(tensors[:len(self._specs)])
+        ctx = get_current_tower_context()
+        if ctx is not None and not ctx.is_training:
+            return self._inference_graph(data)
         share = tensors[len(self._specs)] if self._global_batch else None
         strategy = tf.distribute.get_strategy()
         if tf.distribute.in_cross_replica_context() and strategy.num_replicas_in_sync > 1:
@@ -213,6 +217,25 @@ class KerasModelDesc(KerasDescBase):
             raise ValueError(f"{type(self._keras_model).__name__}.train_step returned no scalar to report "
                              f"({sorted(logs)}).")
         return stats
+
+    def _inference_graph(self, data):
+        """An inference tower (``InferenceRunner``, predictors): no update; tensors named ``'loss'``,
+        each compiled metric of this batch (stateless) and each output ``'<output>_output'``."""
+        model = self._keras_model
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        clear_model_losses(model)
+        y_pred = model(x, training=False)
+        if self._io is not None:
+            for name, t in self._io.outputs_by_name(y_pred).items():
+                tf.identity(t, name=_safe_name(f"{name}_output"))
+        loss = tf.identity(tf.cast(model.compute_loss(x, y, y_pred, sample_weight, training=False), tf.float32),
+                           name="loss")
+        metrics = getattr(model, "_compile_metrics", None)
+        if y is not None and metrics is not None:
+            state = metrics.stateless_update_state(metrics.stateless_reset_state(), y, y_pred, sample_weight)
+            for name, value in _flat_logs(metrics.stateless_result(state)).items():
+                tf.identity(tf.cast(value, tf.float32), name=_safe_name(name))
+        return loss
 
     def _replica_step(self, data, share):
         # Keras divides a mean loss by the number of replicas R; by R / share instead (share: the

@@ -195,7 +195,8 @@ class Trainer(TrainerView):
         if self.outputs_are_latest and not (one_device and self.objectives[0].implicit):
             # its optimizers merge the replicas' gradients inside the step, where XLA cannot go (on one
             # device compile's step is compiled whole, as keras.Model.fit compiles it)
-            self.xla.disable("the model updates its variables itself (its own train step)")
+            self.xla.disable("the model updates its variables itself (its own train step), merging the "
+                             "replicas' gradients inside it", impossible=not one_device)
         spec = StepSpec(strategy=self.strategy, num_replicas=self.num_replicas, objectives=self.objectives,
                         tower=self.tower_func, source=self.input, average=self.average,
                         global_step=self.global_step_var,

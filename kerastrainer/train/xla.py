@@ -149,11 +149,16 @@ class XlaPolicy:
         return self.region
 
     # --- giving XLA up -------------------------------------------------------------------
-    def disable(self, reason: str) -> bool:
+    def disable(self, reason: str, impossible: bool = False) -> bool:
         """Train without XLA (a callback whose graph changes XLA would undo, e.g. LMS), before the
-        first step. ``jit_compile=True`` keeps XLA, with a warning. True when XLA was turned off."""
+        first step. ``jit_compile=True`` keeps XLA, with a warning, unless XLA is ``impossible`` there
+        (then it is off, with a warning). True when XLA was turned off."""
         if not self.use_xla:
             return False
+        if self.jit_compile is True and impossible:
+            logger.warning("jit_compile=True cannot be honoured: %s; training without XLA.", reason)
+            self.use_xla = False
+            return True
         if self.jit_compile is True:
             logger.warning("jit_compile=True: XLA stays on although %s.", reason)
             return False
