@@ -555,3 +555,30 @@ def test_weighted_metrics_are_keras_weighted_metrics_as_under_fit():
         _close(h.history[name], h_ref.history[name])
     assert not np.allclose(h.history["w_acc"], h.history["accuracy"])
     _same_weights(ref, model)
+
+
+def test_an_inference_runner_mid_epoch_leaves_the_epochs_metrics_as_under_fit():
+    """tensorpack's pattern beside a KerasModel: the user's InferenceRunner triggered every step runs the
+    model's inference tower through a predictor pruned to what it fetches: no metric of History's (compile's
+    per-output loss trackers) is updated by it."""
+    from kerastrainer.callbacks import InferenceRunner, PeriodicTrigger, ScalarStats
+    from kerastrainer.dataflow import DataFromList
+
+    rng = np.random.RandomState(8)
+    x, ya, yb = rng.randn(32, 4).astype("float32"), rng.randn(32, 1).astype("float32"), rng.randn(32, 2).astype("float32")
+
+    def build():
+        inp = keras.Input((4,))
+        return keras.Model(inp, [keras.layers.Dense(1, name="a")(inp), keras.layers.Dense(2, name="b")(inp)])
+    ref, model = _twins(build)
+    ref.compile(keras.optimizers.SGD(0.1), ["mse", "mae"])
+    km = KerasModel(model)
+    km.compile(keras.optimizers.SGD(0.1), ["mse", "mae"])
+    h_ref = ref.fit(x, [ya, yb], batch_size=8, epochs=2, shuffle=False, verbose=0)
+    # (a runner inside PeriodicTrigger gets the replica share by hand: only a bare one is given it)
+    runner = InferenceRunner(DataFromList([[x[:8], ya[:8], yb[:8], np.float32(1.0)]], shuffle=False),
+                             ScalarStats(["loss"]))
+    h = km.fit(x, [ya, yb], batch_size=8, epochs=2, shuffle=False, **QUIET,
+               callbacks=[PeriodicTrigger(runner, every_k_steps=1)])
+    for name in ("loss", "a_loss", "b_loss"):
+        _close(h.history[name], h_ref.history[name])

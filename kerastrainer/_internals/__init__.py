@@ -30,7 +30,8 @@ function needs them (``utils/`` stays importable without TensorFlow).
 from .keras_calls import (keras_forward_losses_unscaled, keras_losses_scaled_by, keras_training_phase,
                           with_keras_random_state)
 from .keras_data import keras_array_batch_indices
-from .keras_objects import (batchnorm_reduction_axes, clear_model_losses, functional_input_structure,
+from .keras_objects import (batchnorm_reduction_axes, clear_model_losses, compiled_metrics_of,
+                            functional_input_structure,
                             install_batchnorm_moments, keras_tensor_producer, layer_draws_random,
                             optimizer_slot_lists, optimizer_trainable_variables, optimizer_variable_index,
                             rekey_optimizer_variables, require_batchnorm_moments, rmsprop_velocities,
@@ -52,7 +53,7 @@ __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_version
            "tf_variable_of", "set_tf_variable_of",
            "rekey_optimizer_variables", "optimizer_trainable_variables", "optimizer_slot_lists",
            "optimizer_variable_index", "rmsprop_velocities", "install_batchnorm_moments",
-           "require_batchnorm_moments", "batchnorm_reduction_axes", "clear_model_losses",
+           "require_batchnorm_moments", "batchnorm_reduction_axes", "clear_model_losses", "compiled_metrics_of",
            "functional_input_structure", "keras_tensor_producer", "sublayers", "layer_draws_random",
            "tf1_optimizer_settings",
            # TensorFlow (tf_runtime.py)

@@ -15,7 +15,7 @@ from .versions import _keras, _missing, _tf
 __all__ = ["tf_variable_of", "set_tf_variable_of", "rekey_optimizer_variables", "optimizer_trainable_variables",
            "optimizer_slot_lists", "optimizer_variable_index", "rmsprop_velocities", "tf1_optimizer_settings",
            "install_batchnorm_moments", "require_batchnorm_moments", "batchnorm_reduction_axes", "clear_model_losses",
-           "functional_input_structure", "keras_tensor_producer", "sublayers", "layer_draws_random"]
+           "compiled_metrics_of", "functional_input_structure", "keras_tensor_producer", "sublayers", "layer_draws_random"]
 
 
 def tf_variable_of(v):
@@ -138,6 +138,13 @@ def clear_model_losses(model) -> None:
                            "the add_loss losses of an earlier trace would be added to the loss again")
         return
     clear()
+
+
+def compiled_metrics_of(model):
+    """The metric that holds compile's metrics of a compiled model (``_compile_metrics``, a Keras
+    ``CompileMetrics``; ``model.metrics`` lists it as one), or None when none were compiled."""
+    _keras()
+    return getattr(model, "_compile_metrics", None)
 
 
 def functional_input_structure(model):

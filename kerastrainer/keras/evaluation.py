@@ -21,7 +21,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
-from .._internals import clear_model_losses, keras_forward_losses_unscaled
+from .._internals import clear_model_losses, compiled_metrics_of, keras_forward_losses_unscaled
 from ..dataflow.base import is_dataflow
 from ..input_source.base import InputSource, InputSourceError
 from ..utils import logger
@@ -169,10 +169,10 @@ def _to_spec(c, spec: tf.TensorSpec, index: int, n_inputs: int) -> tf.Tensor:
 def _keras_result(logs: dict, model):
     """``keras.Model.evaluate``'s return: the loss alone, or a list in Keras 3's order: the names of
     ``model.metrics`` (compile's metrics each by its own name), then the other logs sorted by name."""
+    compiled = compiled_metrics_of(model)
     names = []
     for metric in model.metrics:
-        subs = getattr(metric, "metrics", None) if type(metric).__name__ == "CompileMetrics" else None
-        names += [m.name for m in subs] if subs is not None else [metric.name]
+        names += [m.name for m in metric.metrics] if metric is compiled else [metric.name]
     values = [logs[n] for n in names if n in logs] + [logs[k] for k in sorted(logs) if k not in names]
     return values[0] if len(values) == 1 else values
 

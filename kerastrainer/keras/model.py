@@ -266,9 +266,10 @@ class KerasModel(KerasEvaluation):
                              "and the model adds none (add_loss in a layer's call). Give compile a loss.")
         io = ModelIO.from_model(model, x, y, out_names, out_kind, spec.needs_target,
                                 self.input_signature, self.target_signature)
-        if spec.keras_metrics() is not self._compile_args["metrics"]:
+        keras_metrics = spec.keras_metrics()
+        if keras_metrics is not self._compile_args["metrics"]:
             # Keras 3 takes one list per output: the Keras-2 form (every metric on every output) made so
-            _compile_keras_model(model, model.optimizer, self._compile_args["loss"], spec.keras_metrics(),
+            _compile_keras_model(model, model.optimizer, self._compile_args["loss"], keras_metrics,
                                  self._compile_args["loss_weights"], self._keras_compile_kwargs)
         self._spec, self._io = spec, io
         return io

@@ -37,7 +37,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .._internals import clear_model_losses, keras_forward_losses_unscaled, keras_losses_scaled_by
+from .._internals import clear_model_losses, compiled_metrics_of, keras_forward_losses_unscaled, keras_losses_scaled_by
 from ..tfutils.objective import OwnUpdates
 from ..tfutils.tower import get_current_tower_context
 from ..tfutils.tower_func import ModelVariables
@@ -228,9 +228,10 @@ class KerasModelDesc(KerasDescBase):
         if self._io is not None:
             for name, t in self._io.outputs_by_name(y_pred).items():
                 tf.identity(t, name=_safe_name(f"{name}_output"))
-        loss = tf.identity(tf.cast(model.compute_loss(x, y, y_pred, sample_weight, training=False), tf.float32),
-                           name="loss")
-        metrics = getattr(model, "_compile_metrics", None)
+        # (a predictor prunes the graph to what it fetches: compile's loss trackers are not updated)
+        loss = model.compute_loss(x, y, y_pred, sample_weight, training=False)
+        loss = tf.identity(tf.cast(loss, tf.float32), name="loss")
+        metrics = compiled_metrics_of(model)
         if y is not None and metrics is not None:
             state = metrics.stateless_update_state(metrics.stateless_reset_state(), y, y_pred, sample_weight)
             for name, value in _flat_logs(metrics.stateless_result(state)).items():
