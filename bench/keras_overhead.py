@@ -7,6 +7,9 @@ repeated (medians reported):
 
 - ``keras_spe1``: ``keras.Model.fit`` with ``steps_per_execution=1``;
 - ``keras_speN``: ``keras.Model.fit`` with ``steps_per_execution`` N (8, 32, 128);
+- ``keras_speN_bfc``: the same with TF's BFC CPU allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``),
+  which ``import kerastrainer`` asks for (kerastrainer/utils/cpu_allocator.py): fit given the
+  allocator the kerastrainer runs have;
 - ``kt_dataflow``: ``KerasModel.fit`` with QueueInput over a DataFlow of batches;
 - ``kt_numpy``: ``KerasModel.fit`` on numpy arrays (a DataFlow and QueueInput too);
 - ``kt_tfdata``: ``KerasModel.fit`` on a ``tf.data.Dataset`` (TFDatasetInput).
@@ -90,11 +93,15 @@ def run_kt(kind, steps):
 
 def child(system, steps):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    name = system
+    if system.endswith("_bfc"):   # before TensorFlow makes its CPU allocator
+        os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
+        system = system[:-len("_bfc")]
     if system.startswith("keras_spe"):
         rate, loss = run_keras(int(system[len("keras_spe"):]), steps)
     else:
         rate, loss = run_kt(system[len("kt_"):], steps)
-    print("RESULT " + json.dumps({"system": system, "steps_per_s": rate, "loss": loss}))
+    print("RESULT " + json.dumps({"system": name, "steps_per_s": rate, "loss": loss}))
 
 
 def main():
@@ -103,7 +110,9 @@ def main():
         child(args.child, args.steps)
         return
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    systems = ["keras_spe1"] + [f"keras_spe{s}" for s in args.spe.split(",")] + ["kt_dataflow", "kt_numpy", "kt_tfdata"]
+    spes = args.spe.split(",")
+    systems = (["keras_spe1"] + [f"keras_spe{s}" for s in spes] + [f"keras_spe{s}_bfc" for s in spes]
+               + ["kt_dataflow", "kt_numpy", "kt_tfdata"])
     results = run_result_children(__file__, systems, args.repeats, ["--steps", str(args.steps)],
                                   lambda r: f"{r['steps_per_s']:8.1f} steps/s  loss {r['loss']:.5f}")
     print_rate_table(results, "keras", "final loss",

@@ -14,9 +14,12 @@ KerasModel``) and trains a Keras model or a TF2-native ModelDesc never loads it.
 import importlib
 
 from ._version import __version__
+from .utils.cpu_allocator import apply_default_cpu_allocator as _apply_default_cpu_allocator
 from .utils.xla_flags import apply_default_xla_flags as _apply_default_xla_flags
 
-_apply_default_xla_flags()  # before TensorFlow starts: XLA reads XLA_FLAGS once
+# before TensorFlow starts: XLA reads XLA_FLAGS once, TF picks its CPU allocator once
+_apply_default_xla_flags()
+_apply_default_cpu_allocator()
 from .utils import logger
 from . import dataflow
 from .dataflow import *  # noqa: F401,F403  (TF-free)

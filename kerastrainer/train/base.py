@@ -39,6 +39,7 @@ from ..tfutils.tower_func import TowerFunction
 from .._internals import tf1_default_session
 from ..utils import logger
 from ..utils.argtools import log_once
+from ..utils.cpu_allocator import bfc_may_be_late
 from .loop import FitLoop
 from .model_desc import model_of_functions
 from .objectives import resolve_objectives
@@ -184,6 +185,11 @@ class Trainer(TrainerView):
         logger.info("Model built: %d trainable variables, %s parameters, %d replica(s).",
                     len(self.trainable_variables),
                     f"{sum(int(np.prod(v.shape)) for v in self.trainable_variables):,}", self.num_replicas)
+        if bfc_may_be_late():
+            log_once("TensorFlow had started before kerastrainer was imported, so it may keep malloc as its CPU "
+                     "allocator (steps can then fault in fresh pages for their tensors: up to 30% slower on CPU; "
+                     "kerastrainer/utils/cpu_allocator.py). Import kerastrainer before the first TensorFlow op, "
+                     "or set TF_CPU_ALLOCATOR_USE_BFC=true in the shell.")
 
     def _make_step_runner(self) -> StepRunner:
         """The standard step: the ``tf.function`` of ``train_function.py``, XLA as the policy decides."""
