@@ -503,6 +503,53 @@ def test_tensorpack_gan_trainer_trains_with_a_keras_optimizer(make_opt):
     assert all(np.array_equal(after[k], last[k]) for k in dis)
 
 
+def _two_updates(make_opt, chained):
+    """A TF1 graph whose one Keras optimizer updates `a`, then `b` (GAN.py's d_min under
+    tf.control_dependencies([g_min])); each cost reads only its own variable."""
+    from kerastrainer.tfutils.layer_store import LayerStore
+    from kerastrainer.train.tf1_graph import TF1Graph
+    g, opt = TF1Graph(LayerStore()), make_opt()
+    x = np.random.RandomState(0).rand(16, 16).astype("float32")
+    with g.building():
+        a = tfv1.get_variable("a", initializer=np.full([16, 16], 0.01, np.float32))
+        b = tfv1.get_variable("b", initializer=np.full([16, 16], 0.02, np.float32))
+        la = tf.reduce_mean(tf.square(tf.matmul(tf.matmul(x, a), a) - 1))
+        lb = tf.reduce_mean(tf.square(tf.matmul(tf.matmul(x, b), b) + 1))
+        a_min = opt.minimize(la, var_list=[a], name="a_op")
+        if chained:
+            with tf.control_dependencies([a_min]):
+                b_min = opt.minimize(lb, var_list=[b], name="b_op")
+        else:
+            b_min = opt.minimize(lb, var_list=[b], name="b_op")
+    return g, opt, a_min, b_min
+
+
+@pytest.mark.parametrize("make_opt", KERAS_OPTS, ids=["adam", "sgd"])
+def test_keras_optimizer_updates_in_a_tf1_graph_run_in_the_programs_order(make_opt):
+    # The trainer runs many steps in one tf.range loop, and each Keras update is a function call
+    # inlined there: an op of the second update that reads no gradient (`iterations`) must still wait
+    # for the first. Reference: each update in a call of its own, one after the other.
+    n = 60
+    g, opt, _, b_min = _two_updates(make_opt, chained=True)
+    step = g.function([b_min])
+
+    @tf.function
+    def steps(k):
+        for _ in tf.range(k):
+            step()
+        return 0
+    steps(tf.constant(n))
+    ref, ref_opt, a_op, b_op = _two_updates(make_opt, chained=False)
+    run_a, run_b = ref.function([a_op]), ref.function([b_op])
+    for _ in range(n):
+        run_a()
+        run_b()
+    assert int(opt.iterations.numpy()) == int(ref_opt.iterations.numpy()) == 2 * n
+    got, want = g.named_variables(), ref.named_variables()
+    for name in ("a", "b"):
+        np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), rtol=1e-6, atol=1e-7)
+
+
 def _linear_cost(x, y):
     return tf.reduce_mean(tf.square(FullyConnected("fc", x, 1) - y), name="cost")
 

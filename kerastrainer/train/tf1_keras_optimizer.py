@@ -45,7 +45,12 @@ def _apply_in_graph(opt, grads_and_vars, name: Optional[str]):
     apply = keras_optimizer_tf1_methods.original_apply_gradients
 
     def update(*grads):
-        apply(opt, list(zip(grads, variables)))
+        # Every op of the update waits for the gradients. The call is inlined when it runs, and an op
+        # of its body without an input from the gradients (the read of `iterations`) would otherwise
+        # start at once: beside an earlier update that the program ordered before this one (GAN's
+        # d_min under tf.control_dependencies([g_min])), losing one of two `iterations` increments.
+        with tf.control_dependencies(grads):
+            apply(opt, list(zip(grads, variables)))
         return tf.constant(True)
 
     grads = [tf.convert_to_tensor(g) for g, _ in pairs]
