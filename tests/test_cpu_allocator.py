@@ -18,6 +18,8 @@ STATS = ("import tensorflow as tf\n"
 
 def _python(code, **env):
     full = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}
+    # with oneDNN on, TF's CPU allocator is oneDNN's (it keeps statistics too): the plain one here
+    full["TF_ENABLE_ONEDNN_OPTS"] = "0"
     full.update(env)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

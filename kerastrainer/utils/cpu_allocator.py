@@ -7,7 +7,8 @@ kernel. Measured on the bench's small convnet (2 CPU cores, ``bench/keras_overhe
 minor page faults per step and ~30% more time per step than with the BFC allocator, which keeps
 its regions and reuses them (1-10 faults per step). How many faults a step makes depends on the
 order in which the program frees its tensors, so two programs training the same model can differ
-by that much.
+by that much. With oneDNN on (``TF_ENABLE_ONEDNN_OPTS=1``, or a CPU where TensorFlow turns it on)
+TensorFlow allocates through oneDNN's allocator, which pools large blocks: no faults either way.
 
 ``import kerastrainer`` sets ``TF_CPU_ALLOCATOR_USE_BFC=true`` unless it is set already (a value
 you set is kept: ``TF_CPU_ALLOCATOR_USE_BFC=false`` opts out). TensorFlow reads it once, when it
