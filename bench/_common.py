@@ -323,6 +323,16 @@ def run_result_children(script: str, systems: Sequence[str], repeats: int, child
     return results
 
 
+def bfc_variant(system: str) -> str:
+    """A child named ``<name>_bfc`` runs ``<name>`` with TF's BFC CPU allocator, the one ``import
+    kerastrainer`` asks for (kerastrainer/utils/cpu_allocator.py): a reference given the same
+    allocator. Call before TensorFlow starts; returns ``<name>``."""
+    if system.endswith("_bfc"):
+        os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
+        return system[:-len("_bfc")]
+    return system
+
+
 def print_rate_table(results: Dict[str, List[dict]], reference_prefix: str, loss_label: str, header: str) -> None:
     """Medians of ``steps_per_s`` and ``loss`` per system, each rate as a ratio to the best system
     whose name starts with ``reference_prefix``."""

@@ -11,6 +11,8 @@ subprocess, interleaved and repeated (medians reported):
 
 - ``keras_speN``: ``keras.Model.fit`` of a model whose ``train_step`` is that step, with
   ``steps_per_execution`` N (1, 8, 32), on a ``tf.data.Dataset``;
+- ``keras_speN_bfc``: the same with TF's BFC CPU allocator, which ``import kerastrainer`` asks for
+  (kerastrainer/utils/cpu_allocator.py): fit given the kerastrainer runs' allocator;
 - ``kt_objectives``: a ModelDesc returning ``{'d_loss', 'g_loss'}`` with two
   ``kerastrainer.Objective``, ``SimpleTrainer()`` (steps per call 'auto'), a DataFlow of batches
   through QueueInput;
@@ -31,7 +33,7 @@ import subprocess
 import sys
 import time
 
-from _common import print_rate_table, rate_bench_args, run_result_children
+from _common import bfc_variant, print_rate_table, rate_bench_args, run_result_children
 
 BATCH, Z = 64, 32
 
@@ -175,9 +177,10 @@ def run_kt_keras(steps):
 
 def child(system, steps):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    if system.startswith("keras_spe"):
-        rate, loss = run_keras(int(system[len("keras_spe"):]), steps)
-    elif system == "kt_keras_step":
+    kind = bfc_variant(system)
+    if kind.startswith("keras_spe"):
+        rate, loss = run_keras(int(kind[len("keras_spe"):]), steps)
+    elif kind == "kt_keras_step":
         rate, loss = run_kt_keras(steps)
     else:
         rate, loss = run_kt(steps)
@@ -190,7 +193,8 @@ def main():
         child(args.child, args.steps)
         return
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    systems = [f"keras_spe{s}" for s in args.spe.split(",")] + ["kt_objectives", "kt_keras_step"]
+    spes = args.spe.split(",")
+    systems = [f"keras_spe{s}" for s in spes] + [f"keras_spe{s}_bfc" for s in spes] + ["kt_objectives", "kt_keras_step"]
     results = run_result_children(__file__, systems, args.repeats, ["--steps", str(args.steps)],
                                   lambda r: f"{r['steps_per_s']:8.1f} steps/s  d_loss {r['loss']:.5f}")
     print_rate_table(results, "keras", "final d_loss",

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from _common import print_rate_table, rate_bench_args, run_result_children
+from _common import bfc_variant, print_rate_table, rate_bench_args, run_result_children
 
 BATCH = 64
 JIT = os.environ.get("KT_BENCH_JIT") == "1"   # SimpleTrainer(jit_compile=...) for the kerastrainer runs
@@ -93,15 +93,12 @@ def run_kt(kind, steps):
 
 def child(system, steps):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    name = system
-    if system.endswith("_bfc"):   # before TensorFlow makes its CPU allocator
-        os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
-        system = system[:-len("_bfc")]
-    if system.startswith("keras_spe"):
-        rate, loss = run_keras(int(system[len("keras_spe"):]), steps)
+    kind = bfc_variant(system)
+    if kind.startswith("keras_spe"):
+        rate, loss = run_keras(int(kind[len("keras_spe"):]), steps)
     else:
-        rate, loss = run_kt(system[len("kt_"):], steps)
-    print("RESULT " + json.dumps({"system": name, "steps_per_s": rate, "loss": loss}))
+        rate, loss = run_kt(kind[len("kt_"):], steps)
+    print("RESULT " + json.dumps({"system": system, "steps_per_s": rate, "loss": loss}))
 
 
 def main():
