@@ -225,6 +225,20 @@ def test_a_model_compiled_by_keras_needs_no_kerasmodel_compile():
     _close(h.history["loss"], h_ref.history["loss"])
 
 
+def test_a_keras_compiles_loop_arguments_are_named_as_not_used(kt_log):
+    x, y = _data()
+    model = _pair()[1]
+    model.compile(keras.optimizers.SGD(0.1), _xent(), steps_per_execution=8, run_eagerly=True)
+    KerasModel(model).fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    assert any("steps_per_execution=8" in m and "run_eagerly=True" in m and "only Keras's own fit" in m
+               for m in kt_log.messages)
+    n = len(kt_log.messages)
+    model = _pair()[1]
+    model.compile(keras.optimizers.SGD(0.1), _xent())
+    KerasModel(model).fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    assert not any("only Keras's own fit" in m for m in kt_log.messages[n:])
+
+
 # --- keras.callbacks ----------------------------------------------------------------------------
 def test_tensorboard_callback_writes_its_logs(tmp_path):
     x, y = _data()

@@ -230,6 +230,15 @@ class KerasModel(KerasEvaluation):
         cfg = dict(getattr(getattr(model, "_compile_config", None), "config", None) or {})
         if getattr(model, "optimizer", None) is None:
             return
+        # what its compile asked of Keras's own fit loop (jit_compile is left out: Keras stores 'auto'
+        # resolved, so a default is not told from a choice; the trainer's XLA policy decides)
+        loop_args = {k: cfg[k] for k, default in (("steps_per_execution", 1), ("run_eagerly", False))
+                     if cfg.get(k, default) != default}
+        if loop_args:
+            logger.warn("KerasModel: the model's own compile set %s, which only Keras's own fit uses: "
+                        "kerastrainer's trainer runs its steps in graph, as many per call as it chooses "
+                        "(SimpleTrainer(steps_per_call=...) fixes them).",
+                        ", ".join(f"{k}={v!r}" for k, v in loop_args.items()))
         self._compile_standard(model.optimizer, cfg.get("loss"), cfg.get("metrics"), cfg.get("loss_weights"),
                                jit_compile="auto", compile_keras=False,
                                **({"weighted_metrics": cfg["weighted_metrics"]} if cfg.get("weighted_metrics") else {}))
