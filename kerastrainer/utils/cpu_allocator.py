@@ -15,7 +15,9 @@ you set is kept: ``TF_CPU_ALLOCATOR_USE_BFC=false`` opts out). TensorFlow reads 
 makes its CPU allocator (its first tensor), so kerastrainer must be imported before the first
 TensorFlow op; otherwise TensorFlow keeps ``malloc`` and the trainer says so in one log line.
 What this gives up: the BFC allocator keeps the memory of its largest use until the process ends
-(``malloc`` may return it); child processes started after the import inherit the setting.
+(``malloc`` may return it), and it is capped, by default at TensorFlow's 64 GiB
+(``TF_CPU_BFC_MEM_LIMIT_IN_MB``): a program holding more in CPU tensors raises that cap or opts
+out. Child processes started after the import inherit the setting.
 
 Example::
 
