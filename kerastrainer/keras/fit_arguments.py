@@ -79,16 +79,18 @@ _KERAS_EPOCHS = _KerasDefault(1)
 _IGNORED_COMPILE_ARGS = ("run_eagerly", "steps_per_execution", "auto_scale_loss", "jit_compile")
 
 
-def _checked_compile_kwargs(kwargs: dict) -> dict:
+def _checked_compile_kwargs(kwargs: dict, source: str = "KerasModel.compile") -> dict:
     """Keras's other ``compile`` arguments, for the model's own compile: ``weighted_metrics`` (Keras's
-    step computes them); the known others with a warning that kerastrainer's trainer does not use them."""
+    step computes them); the known others with a warning that kerastrainer's trainer does not use them.
+    ``source``: who gave them (``KerasModel.compile``, or the model's own compile when adopted)."""
     unknown = sorted(set(kwargs) - set(_IGNORED_COMPILE_ARGS) - {"weighted_metrics"})
     if unknown:
-        raise TypeError(f"KerasModel.compile got unexpected arguments {unknown}.")
+        raise TypeError(f"{source} got unexpected arguments {unknown}.")
     ignored = sorted(k for k in kwargs if k != "weighted_metrics")
     if ignored:
-        logger.warn("KerasModel.compile: %s only apply to the model's own Keras fit; kerastrainer's trainer "
-                    "runs its own steps per call.", ignored)
+        logger.warn("%s set %s, which only Keras's own fit uses: kerastrainer's trainer runs its steps in graph, "
+                    "as many per call as it chooses (SimpleTrainer(steps_per_call=...) fixes them).",
+                    source, ", ".join(f"{k}={kwargs[k]!r}" for k in ignored))
     return dict(kwargs)
 
 

@@ -181,7 +181,7 @@ class KerasModel(KerasEvaluation):
 
     def _compile_standard(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,
                           jit_compile: Union[bool, str] = "auto", compile_keras: bool = True,
-                          **keras_kwargs) -> None:
+                          source: str = "KerasModel.compile", **keras_kwargs) -> None:
         """Like ``keras.Model.compile``: a Keras optimizer (or its name; a ``tf.compat.v1.train``
         optimizer, as tensorpack's ``KerasModel`` took, becomes the Keras optimizer with the
         same update rule; Keras's default ``'rmsprop'`` when left out), the loss(es), the metrics.
@@ -205,7 +205,7 @@ class KerasModel(KerasEvaluation):
             opt = translate_optimizer(opt)
         if not isinstance(opt, keras.optimizers.Optimizer):
             raise TypeError(f"compile(optimizer=...) needs a Keras optimizer or its name; got {type(optimizer).__name__}.")
-        keras_kwargs = _checked_compile_kwargs(keras_kwargs)
+        keras_kwargs = _checked_compile_kwargs(keras_kwargs, source)
         if isinstance(metrics, str):   # tensorpack's bare metric name
             metrics = [metrics]
         if compile_keras:  # the model is compiled with these objects: its train_step is what fit runs
@@ -230,18 +230,15 @@ class KerasModel(KerasEvaluation):
         cfg = dict(getattr(getattr(model, "_compile_config", None), "config", None) or {})
         if getattr(model, "optimizer", None) is None:
             return
-        # what its compile asked of Keras's own fit loop (jit_compile is left out: Keras stores 'auto'
-        # resolved, so a default is not told from a choice; the trainer's XLA policy decides)
+        # what its compile asked of Keras's own fit loop: named as not used by the trainer, and kept if
+        # the model is compiled again (jit_compile is left out: Keras stores 'auto' resolved, so a default
+        # is not told from a choice; the trainer's XLA policy decides)
         loop_args = {k: cfg[k] for k, default in (("steps_per_execution", 1), ("run_eagerly", False))
                      if cfg.get(k, default) != default}
-        if loop_args:
-            logger.warn("KerasModel: the model's own compile set %s, which only Keras's own fit uses: "
-                        "kerastrainer's trainer runs its steps in graph, as many per call as it chooses "
-                        "(SimpleTrainer(steps_per_call=...) fixes them).",
-                        ", ".join(f"{k}={v!r}" for k, v in loop_args.items()))
         self._compile_standard(model.optimizer, cfg.get("loss"), cfg.get("metrics"), cfg.get("loss_weights"),
-                               jit_compile="auto", compile_keras=False,
-                               **({"weighted_metrics": cfg["weighted_metrics"]} if cfg.get("weighted_metrics") else {}))
+                               jit_compile="auto", compile_keras=False, source="the model's own compile",
+                               **({"weighted_metrics": cfg["weighted_metrics"]} if cfg.get("weighted_metrics") else {}),
+                               **loop_args)
 
     # --- describing the model -----------------------------------------------------------------
     def _prepare(self, data: KerasData) -> ModelIO:
