@@ -37,6 +37,25 @@ def pytest_configure(config):
     _configure_tf()
 
 
+@pytest.hookimpl(trylast=True)   # after -m's deselection: the modules that will run
+def pytest_collection_modifyitems(config, items):
+    # Under CI's time budget not every slow test fits one run: the run starts at a test module chosen
+    # by the day (the others follow in order, wrapping round), so that successive runs reach them all
+    if not os.environ.get("KERASTRAINER_TEST_DEADLINE") or not items:
+        return
+    files = list(dict.fromkeys(item.nodeid.split("::")[0] for item in items))
+    first = int(time.time() // 86400) % len(files)
+    order = {f: (i - first) % len(files) for i, f in enumerate(files)}
+    items.sort(key=lambda item: order[item.nodeid.split("::")[0]])   # stable: in-file order kept
+    config._kerastrainer_first_module = files[first]
+
+
+def pytest_report_collectionfinish(config, start_path, items):
+    first = getattr(config, "_kerastrainer_first_module", None)
+    if first:
+        return f"CI time budget: the tests start at {first} (today's turn), the others follow"
+
+
 def pytest_runtest_setup(item):
     # CI's time budget (.ci/run sets it for the slow tests): a test not started by then is reported
     # as skipped with this reason, not run half-way and not counted as passed

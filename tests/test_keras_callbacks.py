@@ -1,5 +1,6 @@
 """Stock keras.callbacks in kerastrainer's loop: KerasModel.fit and TrainConfig."""
 import csv
+import logging
 
 import numpy as np
 import pytest
@@ -105,6 +106,19 @@ def test_terminate_on_nan_stops_training():
     km = _km(lr=1e6)                                   # diverges within a few steps
     km.fit(max_epoch=20, batch_size=32, callbacks=[keras.callbacks.TerminateOnNaN()], **QUIET)
     assert km.trainer.global_step < 20 * 8
+
+
+def test_kerastrainers_own_step_callbacks_read_the_keras_loss(kt_log):
+    """ProgressBar() shows a Keras step's logs ('loss', not tensorpack's 'cost', which the step has
+    not); TerminateOnNonFinite names the loss it saw become NaN."""
+    from kerastrainer.callbacks import NonFiniteLossError, ProgressBar, TerminateOnNonFinite
+    pb = ProgressBar()
+    km = _km(lr=1e6)
+    with pytest.raises(NonFiniteLossError, match="'loss'") as e:
+        km.fit(max_epoch=20, batch_size=32, callbacks=[pb, TerminateOnNonFinite()], **QUIET)
+    assert "None" not in str(e.value)
+    assert pb._names == ["loss", "accuracy"] and km.trainer.step_loss()[0] == "loss"
+    assert not [m for m in kt_log.at_level(logging.WARNING) if "ProgressBar" in m]
 
 
 def test_unsupported_callbacks_say_what_to_use():

@@ -50,7 +50,8 @@ class ProgressBar(Callback):
     once a minute, so logs stay short. Chief only.
 
     Args:
-        names: the outputs to show. A name the train step can fetch from the tower is fetched (a
+        names: the outputs to show; by default the step's own statistics (``trainer.loss_names``:
+            ``'cost'`` of a tower function, a Keras step's ``'loss'`` and metrics). A name the train step can fetch from the tower is fetched (a
             name the tower lacks is then an error when the step is traced); a trainer that cannot
             (a custom trainer's step) shows what its outputs have and warns about the rest.
 
@@ -61,17 +62,20 @@ class ProgressBar(Callback):
 
     _chief_only = True
 
-    def __init__(self, names: Sequence[str] = ("cost",)):
+    def __init__(self, names: Optional[Sequence[str]] = None):
         if isinstance(names, str):
             names = [names]
-        self._names = list(names)
+        self._given = None if names is None else list(names)
+        self._names = []
         self._bar = None
         self._missing_warned = set()
         self._mean_said = False
 
     def _setup_graph(self):
-        # the trainer's own 'cost' is always among the outputs; the rest may be tower tensors
-        wanted = [n for n in self._names if n != "cost" and not n.startswith("_")]
+        own = list(self.trainer.loss_names)
+        self._names = own if self._given is None else self._given
+        # the step's own statistics are always among the outputs; the rest may be tower tensors
+        wanted = [n for n in self._names if n not in own and n != "cost" and not n.startswith("_")]
         runner = self.trainer.step_runner
         if wanted and runner is not None:
             runner.add_fetches(wanted)

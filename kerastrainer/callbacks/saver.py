@@ -377,7 +377,7 @@ def _last_call_finite(trainer) -> bool:
     outputs = trainer.last_step_outputs
     if int(outputs.get("_nonfinite_step", -1)) >= 0:
         return False
-    cost = outputs.get("cost")
+    cost = trainer.step_loss()[1]
     return cost is None or math.isfinite(float(cost))
 
 

@@ -140,22 +140,22 @@ class TerminateOnNonFinite(Callback):
         if bad is not None:
             bad = int(bad)
             if bad >= 0:
-                cost = outputs.get("cost")
+                name, cost = self.trainer.step_loss()
                 if outputs.get("_nonfinite_grads_step", -1) == bad and cost is not None \
                         and math.isfinite(float(cost)):
                     raise NonFiniteLossError(
                         f"The gradients became NaN or Inf at global step {bad} (epoch {self.epoch_num}) while "
-                        f"the cost stayed finite (the call's mean cost: {cost}): the usual cause is NaN or Inf "
+                        f"the cost stayed finite (the call's '{name}': {cost}): the usual cause is NaN or Inf "
                         "in that step's input batch (check the DataFlow, e.g. with a MapData that asserts "
                         "np.isfinite), else an op whose gradient is undefined there (sqrt or log at 0).",
                         global_step=bad)
                 raise NonFiniteLossError(
                     f"The cost became NaN or Inf at global step {bad} (epoch {self.epoch_num}; "
-                    f"the call's mean cost: {cost}). " + self._blame(
+                    f"the call's '{name}': {cost}). " + self._blame(
                         "Lower the learning rate, check the input data for NaN/Inf, or clip gradients."),
                     global_step=bad)
             return
-        cost = outputs.get("cost")
+        name, cost = self.trainer.step_loss()
         if cost is not None and not math.isfinite(float(cost)):
             k = max(int(self.trainer.last_call_steps), 1)
             first = self.global_step - k + 1

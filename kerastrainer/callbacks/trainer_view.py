@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import types
 from contextlib import nullcontext
-from typing import Any, ContextManager, Dict, Mapping, Optional, Sequence
+from typing import Any, ContextManager, Dict, Mapping, Optional, Sequence, Tuple
 
 __all__ = ["TrainerView"]
 
@@ -36,7 +36,8 @@ class TrainerView:
         callback's ``StopTraining``).
 
     The run: is_chief, num_replicas, strategy, model, input (the InputSource), input_signature,
-    optimizer, named_optimizers, checkpoint, monitors, step_runner, outputs_are_latest.
+    optimizer, named_optimizers, checkpoint, monitors, step_runner, outputs_are_latest,
+    loss_names, step_loss().
     """
 
     # --- counters ----------------------------------------------------------------------------
@@ -63,11 +64,21 @@ class TrainerView:
     step_runner: Any = None
     #: the outputs are the last step's running values (Keras metrics), not the call's means
     outputs_are_latest: bool = False
+    #: the step's own statistics in ``last_step_outputs``: ``'cost'`` of a tower function, each
+    #: cost's name when it returns several, the logs of a Keras ``train_step`` (``'loss'``, metrics)
+    loss_names: Sequence[str] = ("cost",)
 
     @property
     def named_optimizers(self) -> Optional[Dict[str, Any]]:
         """``{objective name: optimizer}`` with several objectives; None with one optimizer."""
         return None
+
+    def step_loss(self) -> Tuple[str, Optional[float]]:
+        """The name and value of the step's loss in ``last_step_outputs`` (``'cost'`` of a tower
+        function, a Keras step's ``'loss'``); the value is None when the outputs lack it."""
+        names = list(self.loss_names)
+        name = "loss" if "loss" in names else (names[0] if names else "cost")
+        return name, self.last_step_outputs.get(name)
 
     def get_hyperparam_var(self, name: str):
         """The variable behind a hyper-parameter (``'learning_rate'``, a variable name)."""

@@ -262,6 +262,13 @@ class Trainer(TrainerView):
         that updates itself, e.g. Keras metrics' results), not the call's means."""
         return bool(getattr(self, "objectives", None)) and not any(o.applied for o in self.objectives)
 
+    @property
+    def loss_names(self) -> List[str]:
+        """The step's own statistics in ``last_step_outputs``: ``['cost']`` for a tower function
+        with one cost, the cost names of several, a Keras ``train_step``'s logs (``'loss'`` first)."""
+        names = getattr(getattr(self, "tower_func", None), "cost_names", None)
+        return ["cost"] if names is None else list(names)
+
     # --- running ---------------------------------------------------------------------------
     def get_hyperparam_var(self, name: str):
         """The variable behind a hyper-parameter: the learning rate (``'<objective>/learning_rate'``
