@@ -48,6 +48,13 @@ def test_users_false_is_kept():
     assert "STATS none" in out
 
 
+def test_tf_started_first_is_not_said_with_onednn_on():
+    # TensorFlow then allocates through oneDNN's pool whatever the variable says
+    out = _python("import tensorflow as tf\nx = tf.ones([2]) * 2\nimport kerastrainer\n"
+                  "print('LATE', kerastrainer.utils.cpu_allocator.bfc_may_be_late())\n", TF_ENABLE_ONEDNN_OPTS="1")
+    assert "LATE False" in out
+
+
 def test_tf_started_first_is_noticed_and_logged_at_training(monkeypatch, kt_log):
     out = _python("import tensorflow as tf\nx = tf.ones([2]) * 2\nimport kerastrainer\n"
                   "print('LATE', kerastrainer.utils.cpu_allocator.bfc_may_be_late())\n" + STATS.split("\n", 1)[1])
@@ -71,6 +78,7 @@ def test_tf_started_first_is_noticed_and_logged_at_training(monkeypatch, kt_log)
             return tf.keras.optimizers.SGD(0.1)
 
     monkeypatch.setattr(cpu_allocator, "_state", {"result": "set", "tf_started": True})
+    monkeypatch.setattr(cpu_allocator, "_onednn_enabled", lambda: False)   # this process may run either
     argtools.log_once.cache_clear()   # (once per process)
     data = DataFromList([[np.ones((4, 2), np.float32)]] * 2, shuffle=False)
     launch_train_with_config(TrainConfig(model=Linear(), data=QueueInput(data), steps_per_epoch=1, max_epoch=1,

@@ -61,5 +61,13 @@ def default_allocator_state() -> dict:
 
 def bfc_may_be_late() -> bool:
     """Whether kerastrainer asked for the BFC allocator after TensorFlow had started (so TF may use
-    ``malloc``)."""
-    return _state["result"] == "set" and bool(_state["tf_started"])
+    ``malloc``). False with oneDNN on: TensorFlow then allocates through oneDNN's pool either way."""
+    return _state["result"] == "set" and bool(_state["tf_started"]) and not _onednn_enabled()
+
+
+def _onednn_enabled() -> bool:
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):   # a TensorFlow without it: say what may be late
+        return False
