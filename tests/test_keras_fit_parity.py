@@ -575,10 +575,12 @@ def test_an_inference_runner_mid_epoch_leaves_the_epochs_metrics_as_under_fit():
     km = KerasModel(model)
     km.compile(keras.optimizers.SGD(0.1), ["mse", "mae"])
     h_ref = ref.fit(x, [ya, yb], batch_size=8, epochs=2, shuffle=False, verbose=0)
-    # (a runner inside PeriodicTrigger gets the replica share by hand: only a bare one is given it)
-    runner = InferenceRunner(DataFromList([[x[:8], ya[:8], yb[:8], np.float32(1.0)]], shuffle=False),
+    # tensorpack's datapoints ([inputs..., targets...]): a runner inside PeriodicTrigger is given the replica
+    # share as a bare one is
+    runner = InferenceRunner(DataFromList([[x[:8], ya[:8], yb[:8]]], shuffle=False),
                              ScalarStats(["loss"]))
     h = km.fit(x, [ya, yb], batch_size=8, epochs=2, shuffle=False, **QUIET,
                callbacks=[PeriodicTrigger(runner, every_k_steps=1)])
     for name in ("loss", "a_loss", "b_loss"):
         _close(h.history[name], h_ref.history[name])
+    assert len(h.history["validation_loss"]) == 2 and np.isfinite(h.history["validation_loss"]).all()

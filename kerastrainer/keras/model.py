@@ -61,6 +61,7 @@ from typing import Callable, List, Optional, Sequence, Union
 import keras
 import tensorflow as tf
 
+from ..callbacks.base import ProxyCallback
 from ..callbacks.inference_runner import InferenceRunner
 from ..input_source.base import InputSource
 from ..tfutils.extensions import translate_optimizer
@@ -582,7 +583,10 @@ def _share_for_runners(callbacks: Sequence, flatten: Callable) -> None:
     """Let the user's InferenceRunners (tensorpack's ``DataParallelInferenceRunner(df_val, ...)``
     beside a KerasModel) feed ``[inputs..., targets...]`` datapoints to a global-batch model,
     whose signature ends with the replica share: each datapoint is flattened and gets the
-    share of a whole batch, 1.0, as ``validation_data`` does."""
+    share of a whole batch, 1.0, as ``validation_data`` does; a runner inside a ``PeriodicTrigger``
+    or another proxy alike."""
     for cb in callbacks:
+        while isinstance(cb, ProxyCallback):
+            cb = cb.cb
         if isinstance(cb, InferenceRunner) and not isinstance(cb._input, _FlatBatches):
             cb._input = _FlatBatches(cb._input, flatten, with_share=True)
