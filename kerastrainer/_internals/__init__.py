@@ -40,8 +40,8 @@ from .patches import install_tf1_layers, install_tf_summary_patch, install_varia
 from .tf1_graph import give_tf1_op_name, keras_optimizer_tf1_methods, tf1_default_session
 from .tf_runtime import (all_reduce_gradients_released, convert_variables_to_constants, eager_device_scope,
                          eager_is_process_default, eager_mode, fresh_tf1_variable_store, host_address_space,
-                         keep_op_in_graph, replace_op_input, stop_tape_recording, tf2_behavior_in_block,
-                         tf_runtime_started, xla_kernel_device_types)
+                         keep_op_in_graph, onednn_enabled, replace_op_input, stop_tape_recording,
+                         tf2_behavior_in_block, tf_runtime_started, xla_kernel_device_types)
 from .versions import TESTED_KERAS, TESTED_TENSORFLOW, InternalsError, check_versions, installed_versions
 
 __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_versions", "installed_versions",
@@ -57,7 +57,8 @@ __all__ = ["TESTED_TENSORFLOW", "TESTED_KERAS", "InternalsError", "check_version
            "functional_input_structure", "keras_tensor_producer", "sublayers", "layer_draws_random",
            "tf1_optimizer_settings",
            # TensorFlow (tf_runtime.py)
-           "tf_runtime_started", "all_reduce_gradients_released", "eager_mode", "eager_is_process_default",
+           "tf_runtime_started", "onednn_enabled", "all_reduce_gradients_released", "eager_mode",
+           "eager_is_process_default",
            "tf2_behavior_in_block", "eager_device_scope",
            "host_address_space", "xla_kernel_device_types", "stop_tape_recording",
            "convert_variables_to_constants", "fresh_tf1_variable_store", "keep_op_in_graph",

@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from .versions import _tf
 
-__all__ = ["tf_runtime_started", "all_reduce_gradients_released", "eager_mode", "eager_is_process_default",
+__all__ = ["tf_runtime_started", "onednn_enabled", "all_reduce_gradients_released", "eager_mode", "eager_is_process_default",
            "tf2_behavior_in_block", "eager_device_scope", "host_address_space", "xla_kernel_device_types",
            "stop_tape_recording", "convert_variables_to_constants", "fresh_tf1_variable_store", "keep_op_in_graph",
            "replace_op_input"]
@@ -30,6 +30,17 @@ def tf_runtime_started() -> bool:
         return context.context()._context_handle is not None
     except Exception:  # noqa: BLE001  (an unknown TF layout: assume the worst)
         return True
+
+
+def onednn_enabled() -> bool:
+    """Whether TensorFlow runs its oneDNN kernels (``TF_ENABLE_ONEDNN_OPTS``, or the CPU's default): its
+    CPU tensors then come from oneDNN's pooling allocator, whatever ``TF_CPU_ALLOCATOR_USE_BFC`` says.
+    No public API tells; an unknown layout says False."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return False
 
 
 @contextmanager

@@ -66,8 +66,5 @@ def bfc_may_be_late() -> bool:
 
 
 def _onednn_enabled() -> bool:
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):   # a TensorFlow without it: say what may be late
-        return False
+    from .._internals import onednn_enabled
+    return onednn_enabled()
