@@ -95,6 +95,22 @@ def test_adam_batchnorm_dropout_reaches_the_same_accuracy_band_as_keras_fit():
     np.testing.assert_array_equal(model.predict(xt[:8], verbose=0), model.predict(xt[:8], verbose=0))
 
 
+def test_replicated_trainer_on_one_tower_trains_as_the_simple_trainer():
+    """One tower of SyncMultiGPUTrainerReplicated (tensorpack's imagenet-resnet-keras.py on one GPU): the
+    variables are a MirroredStrategy's, whose gradients Keras's step takes in a replica."""
+    x, y = _data()
+    weights = []
+    for trainer in (SimpleTrainer(), SyncMultiGPUTrainerReplicated(cpus(1))):
+        model = _mlp()
+        km = KerasModel(model, input=(x, y), trainer=trainer)
+        km.compile(keras.optimizers.SGD(0.1), _xent(), metrics=["accuracy"])
+        km.fit(max_epoch=2, batch_size=32, shuffle=False, **QUIET)
+        weights.append(model.get_weights())
+    for a, b in zip(*weights):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert _max_weight_diff(model, _mlp()) > 1e-2   # it trained
+
+
 def test_saved_model_gives_the_same_predictions_in_a_fresh_process(tmp_path):
     x, y = _data()
     model = _bn_model(2)

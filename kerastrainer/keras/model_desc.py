@@ -193,9 +193,10 @@ class KerasModelDesc(KerasDescBase):
             return self._inference_graph(data)
         share = tensors[len(self._specs)] if self._global_batch else None
         strategy = tf.distribute.get_strategy()
-        if tf.distribute.in_cross_replica_context() and strategy.num_replicas_in_sync > 1:
+        if tf.distribute.in_cross_replica_context() and tf.distribute.has_strategy():
             # the trainer's first trace (it makes the variables) runs in cross-replica context, where
-            # a step's updates of mirrored variables cannot be written: trace the step in a replica
+            # a step's updates of mirrored variables cannot be written (nor their gradients taken, one
+            # replica too): trace the step in a replica
             logs = strategy.run(self._replica_step, args=(data, share))
             logs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], logs)
         else:
