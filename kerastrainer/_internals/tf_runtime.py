@@ -13,10 +13,10 @@ from typing import List, Optional
 
 from .versions import _tf
 
-__all__ = ["tf_runtime_started", "onednn_enabled", "all_reduce_gradients_released", "eager_mode", "eager_is_process_default",
-           "tf2_behavior_in_block", "eager_device_scope", "host_address_space", "xla_kernel_device_types",
-           "stop_tape_recording", "convert_variables_to_constants", "fresh_tf1_variable_store", "keep_op_in_graph",
-           "replace_op_input"]
+__all__ = ["tf_runtime_started", "onednn_enabled", "all_reduce_gradients_released", "eager_mode",
+           "eager_is_process_default", "tf2_behavior_in_block", "eager_device_scope", "host_address_space",
+           "xla_kernel_device_types", "stop_tape_recording", "convert_variables_to_constants",
+           "fresh_tf1_variable_store", "keep_op_in_graph", "replace_op_input"]
 
 
 def tf_runtime_started() -> bool:

@@ -51,9 +51,10 @@ class ProgressBar(Callback):
 
     Args:
         names: the outputs to show; by default the step's own statistics (``trainer.loss_names``:
-            ``'cost'`` of a tower function, a Keras step's ``'loss'`` and metrics). A name the train step can fetch from the tower is fetched (a
-            name the tower lacks is then an error when the step is traced); a trainer that cannot
-            (a custom trainer's step) shows what its outputs have and warns about the rest.
+            ``'cost'`` of a tower function, a Keras step's ``'loss'`` and metrics). A name the
+            train step can fetch from the tower is fetched (a name the tower lacks is then an
+            error when the step is traced); a trainer that cannot (a custom trainer's step) shows
+            what its outputs have and warns about the rest.
 
     Example::
 
@@ -75,6 +76,7 @@ class ProgressBar(Callback):
         own = list(self.trainer.loss_names)
         self._names = own if self._given is None else self._given
         # the step's own statistics are always among the outputs; the rest may be tower tensors
+        # ('cost' never is one: asked of a Keras step, which names its loss 'loss', it is warned of)
         wanted = [n for n in self._names if n not in own and n != "cost" and not n.startswith("_")]
         runner = self.trainer.step_runner
         if wanted and runner is not None:
